@@ -1,0 +1,294 @@
+"""The error catalog: one row per code, owned by the user as a TOML file.
+
+The catalog is the single source for what a code means (failure class, retry verdict, retry
+limit, alternative tool) and for the wording of its message.  The guard renders messages from
+it, ``toolfault docs`` renders the reference from it and ``toolfault lint`` checks it, all
+through the same template code, so the model's text and the engineer's docs cannot drift.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from toolfault._errors import CatalogError, FailureClass, Outcome
+
+#: Placeholders a template may use, each with the phrase used when the call has no value.
+PLACEHOLDERS: Mapping[str, str] = {
+    "tool": "the tool",
+    "code": "the error",
+    "reason": "the call failed",
+    "param": "the rejected argument",
+    "expected": "a valid value",
+    "alternative": "an alternative tool",
+    "retry_after": "a few seconds",
+    "check_with": "a read-only tool",
+    "nearest": "one of the available tools",
+    "limit": "the limit",
+}
+
+_FORMATTER = string.Formatter()
+_CODE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def template_fields(template: str) -> list[str]:
+    """Names of the ``{placeholders}`` a template uses, in order."""
+    try:
+        return [name for _, name, _, _ in _FORMATTER.parse(template) if name is not None]
+    except ValueError as exc:
+        raise CatalogError(f"malformed template {template!r}: {exc}") from exc
+
+
+def fill(template: str, values: Mapping[str, object]) -> str:
+    """Render ``template``; a placeholder without a value gets its neutral phrase."""
+    merged: dict[str, object] = dict(PLACEHOLDERS)
+    merged.update({k: v for k, v in values.items() if v not in (None, "")})
+    try:
+        return template.format_map(merged)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise CatalogError(f"cannot render template {template!r}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One row of the catalog: everything toolfault knows about one error code."""
+
+    code: str
+    failure_class: FailureClass
+    retryable: bool
+    summary: str
+    next_action: str
+    reason: str = "{reason}"
+    tools: tuple[str, ...] = ()
+    constraint: str = ""
+    retry_limit: int | None = None
+    alternative: str | None = None
+    outcome: Outcome = Outcome.NO_EFFECT
+    http_status: tuple[int, ...] = ()
+    match: tuple[str, ...] = ()
+    exceptions: tuple[str, ...] = ()
+    _patterns: tuple[re.Pattern[str], ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> CatalogEntry:
+        """Build a row from its TOML table, naming the offending key on error."""
+        code = row.get("code")
+        if not isinstance(code, str) or not _CODE_RE.match(code):
+            raise CatalogError(f"catalog row has no valid snake_case 'code': {row!r}")
+        known = {
+            "code", "class", "retryable", "summary", "next_action", "reason", "tools",
+            "constraint", "retry_limit", "alternative", "outcome", "http_status", "match",
+            "exceptions",
+        }
+        unknown = sorted(set(row) - known)
+        if unknown:
+            raise CatalogError(f"catalog row {code!r} has unknown keys: {', '.join(unknown)}")
+        try:
+            failure_class = FailureClass(row.get("class", "permanent"))
+            outcome = Outcome(row.get("outcome", "none"))
+        except ValueError as exc:
+            raise CatalogError(f"catalog row {code!r}: {exc}") from exc
+        retry_limit = row.get("retry_limit")
+        if retry_limit is not None and (not isinstance(retry_limit, int) or retry_limit < 1):
+            raise CatalogError(f"catalog row {code!r}: retry_limit must be a positive integer")
+        match = tuple(str(p) for p in row.get("match", ()))
+        try:
+            patterns = tuple(re.compile(p) for p in match)
+        except re.error as exc:
+            raise CatalogError(f"catalog row {code!r}: bad match pattern: {exc}") from exc
+        return cls(
+            code=code,
+            failure_class=failure_class,
+            retryable=bool(row.get("retryable", failure_class.default_retryable)),
+            summary=str(row.get("summary", "")),
+            next_action=str(row.get("next_action", "")),
+            reason=str(row.get("reason", "{reason}")),
+            tools=tuple(str(t) for t in row.get("tools", ())),
+            constraint=str(row.get("constraint", "")),
+            retry_limit=retry_limit,
+            alternative=row.get("alternative") or None,
+            outcome=outcome,
+            http_status=tuple(int(s) for s in row.get("http_status", ())),
+            match=match,
+            exceptions=tuple(str(e) for e in row.get("exceptions", ())),
+            _patterns=patterns,
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The row as its TOML table (only non-default keys)."""
+        out: dict[str, Any] = {
+            "code": self.code,
+            "class": self.failure_class.value,
+            "retryable": self.retryable,
+            "summary": self.summary,
+            "next_action": self.next_action,
+        }
+        if self.reason != "{reason}":
+            out["reason"] = self.reason
+        for key, value in (
+            ("tools", list(self.tools)),
+            ("constraint", self.constraint),
+            ("retry_limit", self.retry_limit),
+            ("alternative", self.alternative),
+            ("http_status", list(self.http_status)),
+            ("match", list(self.match)),
+            ("exceptions", list(self.exceptions)),
+        ):
+            if value:
+                out[key] = value
+        if self.outcome is not Outcome.NO_EFFECT:
+            out["outcome"] = self.outcome.value
+        return out
+
+    def matches_text(self, text: str) -> bool:
+        """Whether a returned error text falls under this row's ``match`` patterns."""
+        return any(p.search(text) for p in self._patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """An ordered set of catalog rows, looked up by code, exception, HTTP status or text."""
+
+    entries: tuple[CatalogEntry, ...]
+    token_budget: int = 100
+    source: str = "<built-in>"
+    _by_code: Mapping[str, CatalogEntry] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_code: dict[str, CatalogEntry] = {}
+        for entry in self.entries:
+            if entry.code in by_code:
+                raise CatalogError(f"catalog {self.source} defines {entry.code!r} twice")
+            by_code[entry.code] = entry
+        object.__setattr__(self, "_by_code", by_code)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def default(cls) -> Catalog:
+        """The built-in catalog that ships with toolfault."""
+        return _DEFAULT
+
+    @classmethod
+    def loads(cls, text: str, *, source: str = "<string>") -> Catalog:
+        """Parse a catalog from TOML text."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise CatalogError(f"{source} is not valid TOML: {exc}") from exc
+        rows = data.get("error", [])
+        if not isinstance(rows, list):
+            raise CatalogError(f"{source}: 'error' must be an array of tables ([[error]])")
+        meta = data.get("catalog", {})
+        budget = meta.get("token_budget", 100) if isinstance(meta, dict) else 100
+        return cls(
+            tuple(CatalogEntry.from_mapping(r) for r in rows),
+            token_budget=int(budget),
+            source=source,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Catalog:
+        """Load a user-owned catalog file (TOML, ``[[error]]`` rows)."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CatalogError(f"cannot read catalog {p}: {exc.strerror}") from exc
+        return cls.loads(text, source=str(p))
+
+    def merged(self, other: Catalog) -> Catalog:
+        """This catalog with ``other``'s rows replacing or extending it, code by code."""
+        rows = dict(self._by_code)
+        for entry in other.entries:
+            rows[entry.code] = entry
+        return Catalog(tuple(rows.values()), token_budget=other.token_budget, source=other.source)
+
+    def with_entry(self, entry: CatalogEntry) -> Catalog:
+        """A copy with one row added or replaced."""
+        return self.merged(Catalog((entry,), token_budget=self.token_budget, source=self.source))
+
+    # -- lookup -------------------------------------------------------------------------
+    def __contains__(self, code: object) -> bool:
+        return code in self._by_code
+
+    def __iter__(self) -> Iterator[CatalogEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, code: str) -> CatalogEntry:
+        """The row for ``code``; a code nobody catalogued behaves like ``tool_error``."""
+        entry = self._by_code.get(code)
+        if entry is not None:
+            return entry
+        base = self._by_code.get("tool_error") or _DEFAULT._by_code["tool_error"]
+        return replace(base, code=code, summary=f"Uncatalogued code {code!r}.")
+
+    def for_exception(self, exc: BaseException) -> CatalogEntry | None:
+        """The row whose ``exceptions`` names the exception's class or one of its bases."""
+        names: list[str] = []
+        for klass in type(exc).__mro__:
+            names.append(f"{klass.__module__}.{klass.__qualname__}")
+            names.append(klass.__qualname__)
+        for name in names:
+            for entry in self.entries:
+                if name in entry.exceptions:
+                    return entry
+        return None
+
+    def for_status(self, status: int) -> CatalogEntry | None:
+        """The row for an HTTP status code (exact match, then 5xx falls to ``unavailable``)."""
+        for entry in self.entries:
+            if status in entry.http_status:
+                return entry
+        if 500 <= status < 600:
+            return self._by_code.get("unavailable")
+        if 400 <= status < 500:
+            return self._by_code.get("invalid_argument")
+        return None
+
+    def for_text(self, text: str, *, exclude: Iterable[str] = ()) -> CatalogEntry | None:
+        """The first row whose ``match`` patterns recognise a returned error text."""
+        skip = set(exclude)
+        for entry in self.entries:
+            if entry.code not in skip and entry.matches_text(text):
+                return entry
+        return None
+
+    def to_toml(self) -> str:
+        """Serialise back to TOML (used to scaffold a user's own catalog)."""
+        lines = ["[catalog]", f"token_budget = {self.token_budget}", ""]
+        for entry in self.entries:
+            lines.append("[[error]]")
+            for key, value in entry.to_mapping().items():
+                lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value)
+    if "'" not in text and ("\\" in text or '"' in text):
+        return f"'{text}'"
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _load_default() -> Catalog:
+    text = resources.files("toolfault").joinpath("data/catalog.toml").read_text("utf-8")
+    return Catalog.loads(text, source="<built-in>")
+
+
+_DEFAULT = _load_default()

@@ -1,0 +1,134 @@
+"""Turning whatever a tool raised into a catalogued failure.
+
+``ToolError`` already speaks the contract.  Everything else is mapped by the catalog
+(exception class names, HTTP status of an ``httpx``/``requests`` error), or becomes
+``internal_error``.  A raw exception's own text never reaches the model unless its row says the
+message is the operation's (``ValueError`` → ``invalid_argument``), and even then it is redacted.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolfault._catalog import Catalog, CatalogEntry
+from toolfault._errors import FailureClass, Outcome, ToolError
+
+#: Exceptions raised before a request left the machine: the effect surely did not land.
+_BEFORE_DISPATCH = {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "InvalidURL"}
+#: Rows whose exception text is the operation's own words, not the infrastructure's.
+_TEXT_IS_REASON = {"invalid_argument", "not_found", "conflict"}
+
+
+@dataclass(slots=True)
+class Failure:
+    """A failure on its way to becoming a message: the catalog row plus this call's facts."""
+
+    entry: CatalogEntry
+    reason: str
+    outcome: Outcome = Outcome.NO_EFFECT
+    retryable: bool = False
+    retry_after: float | None = None
+    next_action: str | None = None
+    param: str | None = None
+    expected: str | None = None
+    alternatives: tuple[str, ...] = ()
+    failure_class: FailureClass = FailureClass.PERMANENT
+    cause: BaseException | None = None
+    error: ToolError | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def code(self) -> str:
+        return self.entry.code
+
+    @property
+    def transient(self) -> bool:
+        return self.failure_class is FailureClass.TRANSIENT and self.retryable
+
+
+def from_entry(entry: CatalogEntry, reason: str, **kw: Any) -> Failure:
+    """A failure of a catalogued code with the row's defaults."""
+    kw.setdefault("failure_class", entry.failure_class)
+    kw.setdefault("retryable", entry.retryable)
+    kw.setdefault("outcome", entry.outcome)
+    return Failure(entry, reason, **kw)
+
+
+def from_tool_error(err: ToolError, catalog: Catalog) -> Failure:
+    """Fill what the tool left unsaid from the catalog row of its code."""
+    entry = catalog.get(err.code)
+    failure_class = err.failure_class or entry.failure_class
+    retryable = err.retryable if err.retryable is not None else entry.retryable
+    outcome = err.outcome if err.outcome is not Outcome.NO_EFFECT else entry.outcome
+    return Failure(
+        entry, err.reason, outcome=outcome, retryable=retryable, retry_after=err.retry_after,
+        next_action=err.next_action, param=err.param, alternatives=err.alternatives,
+        failure_class=failure_class, cause=err, error=err,
+    )
+
+
+def parse_retry_after(value: object) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _http_status(exc: BaseException) -> tuple[int, float | None] | None:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if not isinstance(status, int):
+        return None
+    headers = getattr(response, "headers", None) or {}
+    try:
+        retry_after = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+    except Exception:
+        retry_after = None
+    return status, retry_after
+
+
+def from_exception(
+    exc: BaseException, catalog: Catalog, *, tool: str, side_effect: bool
+) -> Failure:
+    """Classify a raw exception; the exception itself is kept as ``cause`` for the trace."""
+    if isinstance(exc, ToolError):
+        return from_tool_error(exc, catalog)
+    names = {k.__name__ for k in type(exc).__mro__}
+    http = _http_status(exc)
+    if http is not None:
+        status, retry_after = http
+        entry = catalog.for_status(status) or catalog.get("internal_error")
+        reason = f"the service behind {tool} answered HTTP {status}"
+        if status == 429:
+            reason = f"the service behind {tool} is rate limiting requests (HTTP 429)"
+        return from_entry(entry, reason, retry_after=retry_after, cause=exc)
+    entry = catalog.for_exception(exc)
+    if entry is None:
+        entry = catalog.get("internal_error")
+        return from_entry(entry, f"{tool} hit an internal error and did not complete", cause=exc)
+    outcome = entry.outcome
+    if entry.failure_class is FailureClass.TRANSIENT and side_effect and not (
+        names & _BEFORE_DISPATCH
+    ):
+        outcome = Outcome.UNKNOWN
+    if entry.code in _TEXT_IS_REASON and str(exc).strip():
+        reason = str(exc).strip().strip("'\"")[:240]
+    elif entry.code == "timeout":
+        reason = f"{tool} did not answer in time"
+    elif entry.code == "unavailable":
+        reason = f"the service behind {tool} could not be reached"
+    else:
+        reason = entry.summary or f"{tool} failed"
+    return from_entry(entry, reason, outcome=outcome, cause=exc)

@@ -1,0 +1,141 @@
+"""What counts as "the same call".
+
+A fingerprint hashes the tool name with a canonical serialisation of the arguments: sorted
+keys, compact separators, integral floats as ints, NFC unicode.  Per-tool normalizers then
+fold cosmetic differences (case, whitespace, trailing slashes, rounding) so a model that
+rewords a string has not made a new call and cannot dodge the retry cap that way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Normalizer = Callable[[Any], Any]
+
+#: Arguments whose canonical form is larger than this are rejected as ``invalid_argument``.
+MAX_CANONICAL_BYTES = 2_000_000
+
+
+def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [_map_strings(v, fn) for v in value]
+    return value
+
+
+def casefold(value: Any) -> Any:
+    """Case-insensitive comparison for string values (and lists of strings)."""
+    return _map_strings(value, str.casefold)
+
+
+def collapse_whitespace(value: Any) -> Any:
+    """Strip ends and collapse inner runs of whitespace to one space."""
+    return _map_strings(value, lambda s: " ".join(s.split()))
+
+
+def strip_trailing_slash(value: Any) -> Any:
+    """``/a/b/`` and ``/a/b`` name the same path (the root ``/`` stays)."""
+    return _map_strings(value, lambda s: s.rstrip("/") or s[:1])
+
+
+def round_to(digits: int) -> Normalizer:
+    """Numbers equal to ``digits`` decimals are the same tolerance."""
+
+    def _round(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value
+        return round(float(value), digits)
+
+    _round.__name__ = f"round_to({digits})"
+    return _round
+
+
+NORMALIZERS: Mapping[str, Normalizer] = {
+    "casefold": casefold,
+    "lower": casefold,
+    "whitespace": collapse_whitespace,
+    "strip": collapse_whitespace,
+    "trailing_slash": strip_trailing_slash,
+}
+
+NormalizeSpec = Mapping[str, "str | Normalizer | Sequence[str | Normalizer]"]
+
+
+def compile_normalizers(spec: NormalizeSpec | None) -> dict[str, tuple[Normalizer, ...]]:
+    """Resolve ``normalize={"query": ["strip", "casefold"], "tol": round_to(2)}`` once per tool.
+
+    The key ``"*"`` applies to every argument.  Names: casefold/lower, whitespace/strip,
+    trailing_slash, ``round:N``.
+    """
+    out: dict[str, tuple[Normalizer, ...]] = {}
+    for param, item in (spec or {}).items():
+        items: Sequence[str | Normalizer]
+        items = [item] if isinstance(item, str) or callable(item) else list(item)
+        resolved: list[Normalizer] = []
+        for one in items:
+            if callable(one):
+                resolved.append(one)
+            elif one.startswith("round:"):
+                resolved.append(round_to(int(one.split(":", 1)[1])))
+            elif one in NORMALIZERS:
+                resolved.append(NORMALIZERS[one])
+            else:
+                from toolfault._errors import ConfigurationError
+
+                names = ", ".join(sorted(NORMALIZERS)) + ", round:N"
+                raise ConfigurationError(f"unknown normalizer {one!r} for {param!r}; use {names}")
+        out[param] = tuple(resolved)
+    return out
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize(
+            "NFC", value
+        )
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {_canonical(str(k)): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def canonical_args(
+    args: Mapping[str, Any], normalizers: Mapping[str, Sequence[Normalizer]] | None = None
+) -> str:
+    """The canonical JSON text of ``args`` after per-argument normalizers.
+
+    Raises ``ValueError`` for NaN/Infinity or unserialisable values and ``RecursionError`` for
+    absurd nesting; the guard turns both into ``invalid_argument``.
+    """
+    if normalizers:
+        every = normalizers.get("*", ())
+        normalized: dict[str, Any] = {}
+        for key, value in args.items():
+            for fn in (*every, *normalizers.get(key, ())):
+                value = fn(value)
+            normalized[key] = value
+        args = normalized
+    return json.dumps(
+        _canonical(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def fingerprint(
+    tool: str,
+    args: Mapping[str, Any],
+    normalizers: Mapping[str, Sequence[Normalizer]] | None = None,
+) -> str:
+    """sha256 hex of ``tool`` and the canonical arguments: equal for cosmetically equal calls."""
+    canonical = canonical_args(args, normalizers)
+    if len(canonical) > MAX_CANONICAL_BYTES:
+        raise ValueError(f"arguments are too large ({len(canonical)} characters)")
+    return hashlib.sha256(f"{tool}\x00{canonical}".encode()).hexdigest()

@@ -1,0 +1,1164 @@
+"""The guard: the one object between an agent and its tools.
+
+``Guard.call`` validates, fingerprints, counts, dispatches, retries what is transient,
+verifies what is uncertain and shapes every failure into the four-part contract.  It never
+raises into the agent loop: whatever happens comes back as a :class:`ToolResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import difflib
+import inspect
+import itertools
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any, Literal, TypeVar, overload
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+)
+
+from toolfault import _trace
+from toolfault._catalog import Catalog, fill
+from toolfault._classify import Failure, from_entry, from_exception, from_tool_error
+from toolfault._errors import (
+    ConfigurationError,
+    FailureClass,
+    Outcome,
+    StateUnavailableError,
+    ToolError,
+)
+from toolfault._fingerprint import NormalizeSpec, fingerprint
+from toolfault._limits import Limits
+from toolfault._message import echo_args, format_seconds, render_error, render_terminal
+from toolfault._records import Incident, IncidentKind, LedgerEntry
+from toolfault._redact import Redactor
+from toolfault._result import ToolContext, ToolResult
+from toolfault._returned import default_error_result
+from toolfault._state import Admission, CallKey, DegradingStore, MemoryStore, Store
+from toolfault._tokens import count_tokens
+from toolfault._tool import (
+    Alternative,
+    ErrorDetector,
+    Postcondition,
+    ToolSpec,
+    build_spec,
+    verdict_of,
+)
+
+log = logging.getLogger("toolfault")
+
+F = TypeVar("F", bound=Callable[..., Any])
+Mode = Literal["observe", "shape", "enforce"]
+_UNSET: Any = object()
+_NOT_JSON = object()
+_MAX_JSON_CHARS = 2_000_000
+_ids = itertools.count(1)
+
+
+class _Retry(Exception):
+    """Raised inside the retry loop to ask tenacity for another attempt."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.code)
+        self.failure = failure
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+@dataclass(slots=True)
+class _Call:
+    """One call in progress (internal)."""
+
+    spec: ToolSpec | None
+    name: str
+    args: Any
+    call_id: str
+    started: float
+    fp: str = ""
+    key: CallKey | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    admission: Admission | None = None
+    idem: str | None = None
+    held: bool = False
+    entry: LedgerEntry | None = None
+    attempts: int = 0
+    dispatched: bool = False
+    span: Any = None
+    shadow: dict[str, Any] = field(default_factory=dict)
+
+
+class Guard:
+    """Wraps tools so that no failure can loop the agent.
+
+    >>> guard = Guard(limits=Limits(retry_limit=3))
+    >>> @guard.tool
+    ... def add(a: int, b: int) -> int:
+    ...     return a + b
+    >>> guard.call("add", '{"a": 1, "b": 2}').text
+    '3'
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: Limits | None = None,
+        catalog: Catalog | str | Path | None = None,
+        store: Store | None = None,
+        task_id: str = "default",
+        secrets: Iterable[str] = (),
+        mode: Mode = "enforce",
+        trace: str | Path | IO[str] | None = None,
+        observers: Iterable[Callable[[_trace.CallEvent], None]] = (),
+        capture_content: bool = False,
+        error_result: ErrorDetector | None = default_error_result,
+        state_failure: Literal["open", "closed"] = "open",
+        scan_env_secrets: bool = True,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        if mode not in ("observe", "shape", "enforce"):
+            raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
+        self.limits = limits or Limits()
+        base = Catalog.default()
+        if isinstance(catalog, (str, Path)):
+            catalog = Catalog.load(catalog)
+        self.catalog = base.merged(catalog) if catalog is not None else base
+        self.task_id = task_id
+        self.mode: Mode = mode
+        self.redactor = Redactor(secrets, scan_env=scan_env_secrets)
+        self.capture_content = capture_content
+        self.error_result = error_result
+        self._store = DegradingStore(
+            store or MemoryStore(), policy=state_failure, on_degrade=self._on_degrade
+        )
+        self._tools: dict[str, ToolSpec] = {}
+        self._turn = 0
+        self._observers: list[Callable[[_trace.CallEvent], None]] = list(observers)
+        self._sink: _trace.JsonlSink | None = None
+        if trace is not None:
+            self._sink = _trace.JsonlSink(trace)
+            self._observers.append(self._sink)
+        self._sleep = sleep or time.sleep
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self.last_degraded_error: str | None = None
+
+    # -- registration ---------------------------------------------------------------------
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = ...,
+        description: str | None = ...,
+        alternatives: Sequence[str | Alternative] | Mapping[str, str] = ...,
+        normalize: NormalizeSpec | None = ...,
+        schema: Mapping[str, Any] | None = ...,
+        cost: float = ...,
+        side_effect: bool = ...,
+        postcondition: Postcondition | None = ...,
+        timeout: float | None = ...,
+        idempotency_key: Callable[[dict[str, Any]], str] | Sequence[str] | str | None = ...,
+        check_with: str | None = ...,
+        retry_limit: int | None = ...,
+        error_result: ErrorDetector | None = ...,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        alternatives: Sequence[str | Alternative] | Mapping[str, str] = (),
+        normalize: NormalizeSpec | None = None,
+        schema: Mapping[str, Any] | None = None,
+        cost: float = 0.0,
+        side_effect: bool = False,
+        postcondition: Postcondition | None = None,
+        timeout: float | None = None,
+        idempotency_key: Callable[[dict[str, Any]], str] | Sequence[str] | str | None = None,
+        check_with: str | None = None,
+        retry_limit: int | None = None,
+        error_result: ErrorDetector | None = _UNSET,
+    ) -> F | Callable[[F], F]:
+        """Register a tool (decorator, with or without options); returns the function as is.
+
+        ``side_effect=True`` marks calls that change the world: their timeouts are
+        ``Effect: unknown`` and are verified with ``postcondition`` before any retry.
+        """
+
+        def register(func: F) -> F:
+            spec = build_spec(
+                func, name=name, description=description, alternatives=alternatives,
+                normalize=normalize, schema=schema, cost=cost, side_effect=side_effect,
+                postcondition=postcondition, timeout=timeout, idempotency_key=idempotency_key,
+                check_with=check_with, retry_limit=retry_limit,
+                error_result=self.error_result if error_result is _UNSET else error_result,
+            )
+            if spec.side_effect and spec.idempotency_key is None:
+                spec.idempotency_key = None  # keyed by fingerprint at call time
+            self._tools[spec.name] = spec
+            return func
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    def register(self, obj: object, *, prefix: str = "", exclude: Iterable[str] = (),
+                 **options: Any) -> list[str]:
+        """Register every public method of an existing object as a tool, unmodified."""
+        skip = set(exclude)
+        names = []
+        for attr in dir(obj):
+            if attr.startswith("_") or attr in skip:
+                continue
+            method = getattr(obj, attr)
+            if not callable(method) or inspect.isclass(method):
+                continue
+            self.tool(name=f"{prefix}{attr}", **options)(method)
+            names.append(f"{prefix}{attr}")
+        return names
+
+    @property
+    def tools(self) -> Mapping[str, ToolSpec]:
+        """Registered tools by name (read-only view)."""
+        return dict(self._tools)
+
+    # -- turns, budgets, records ----------------------------------------------------------
+    @property
+    def turn(self) -> int:
+        return self._turn
+
+    def new_turn(self) -> None:
+        """Start a new model turn: per-turn counters reset; per-task budgets carry on."""
+        self._turn += 1
+
+    def new_task(self, task_id: str) -> None:
+        """Switch to another task: budgets, ledger and incidents are scoped per task."""
+        self.task_id = task_id
+        self._turn = 0
+
+    @property
+    def incidents(self) -> list[Incident]:
+        """Incidents of the current task (cap hits, budget hits, degraded state, mismatches)."""
+        return self._store.incidents(self.task_id)
+
+    @property
+    def ledger(self) -> list[LedgerEntry]:
+        """Effect-ledger entries of the current task."""
+        return self._store.ledger(self.task_id)
+
+    def ledger_for(self, task_id: str) -> list[LedgerEntry]:
+        """Effect-ledger entries of any task sharing this guard's store."""
+        return self._store.ledger(task_id)
+
+    @property
+    def degraded(self) -> bool:
+        """True while the store is unreachable and the guard counts locally."""
+        return self._store.degraded
+
+    def add_secret(self, *values: str) -> None:
+        """Register secret values that must never appear in any message or trace."""
+        self.redactor.add(*values)
+
+    def add_observer(self, observer: Callable[[_trace.CallEvent], None]) -> None:
+        """Subscribe to a :class:`CallEvent` after every call."""
+        self._observers.append(observer)
+
+    def close(self) -> None:
+        """Flush the trace and release the store and worker threads."""
+        if self._sink is not None:
+            self._sink.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._store.close()
+
+    def _on_degrade(self, exc: BaseException) -> None:
+        self.last_degraded_error = type(exc).__name__
+        log.warning("toolfault state store unavailable (%s); policy=%s",
+                    type(exc).__name__, self._store.policy)
+        incident = Incident(IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
+                            f"store unreachable ({type(exc).__name__}); "
+                            f"policy {self._store.policy}", self.task_id, self._turn)
+        self._store.fallback.add_incident(incident)
+        if self._sink is not None:
+            self._sink.write({"type": "incident", **incident.to_dict()})
+
+    def _incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
+        incident = Incident(kind, tool, code, self.redactor.prose(detail), self.task_id,
+                            self._turn)
+        try:
+            self._store.add_incident(incident)
+        except Exception:
+            self._store.fallback.add_incident(incident)
+        if self._sink is not None:
+            self._sink.write({"type": "incident", **incident.to_dict()})
+
+    # -- the call ------------------------------------------------------------------------
+    def call(self, name: str, args: Any = None, *, call_id: str | None = None) -> ToolResult:
+        """Run one tool call (dict or raw JSON string arguments); never raises."""
+        call = _Call(None, str(name), args, call_id or f"call_{next(_ids)}", time.monotonic())
+        try:
+            early = self._prepare(call)
+            if early is not None:
+                return self._emit(call, early)
+            return self._emit(call, self._finish(call, self._dispatch_sync(call)))
+        except BaseException as exc:  # noqa: BLE001 - the loop must survive toolfault bugs too
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return self._emit(call, self._crash(call, exc))
+        finally:
+            self._release(call)
+
+    async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
+                    ) -> ToolResult:
+        """Async twin of :meth:`call`; sync tools run in a worker thread."""
+        call = _Call(None, str(name), args, call_id or f"call_{next(_ids)}", time.monotonic())
+        try:
+            early = await self._aprepare(call)
+            if early is not None:
+                return self._emit(call, early)
+            return self._emit(call, self._finish(call, await self._dispatch_async(call)))
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
+                raise
+            return self._emit(call, self._crash(call, exc))
+        finally:
+            self._release(call)
+
+    def run_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
+        """Run a batch of calls from your own loop: ``(name, args)``, dicts or SDK objects."""
+        results = []
+        for item in calls:
+            name, args, cid = _unpack_call(item)
+            results.append(self.call(name, args, call_id=cid))
+        return results
+
+    async def arun_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
+        """Run one turn's parallel calls concurrently, results in the order given."""
+        unpacked = [_unpack_call(item) for item in calls]
+        return list(await asyncio.gather(
+            *(self.acall(n, a, call_id=c) for n, a, c in unpacked)
+        ))
+
+    # -- preparation (shared by sync and async) ------------------------------------------
+    def _prepare(self, call: _Call) -> ToolResult | None:
+        early = self._prepare_until_effects(call)
+        if early is not None or call.spec is None or not call.spec.side_effect:
+            return early
+        pending = self._pending_effect(call)
+        if pending is not None:
+            verdict = self._check_sync(call, pending)
+            early = self._after_precheck(call, pending, verdict)
+            if early is not None:
+                return early
+        return self._claim(call)
+
+    async def _aprepare(self, call: _Call) -> ToolResult | None:
+        early = self._prepare_until_effects(call)
+        if early is not None or call.spec is None or not call.spec.side_effect:
+            return early
+        pending = self._pending_effect(call)
+        if pending is not None:
+            verdict = await self._check_async(call, pending)
+            early = self._after_precheck(call, pending, verdict)
+            if early is not None:
+                return early
+        return self._claim(call)
+
+    def _prepare_until_effects(self, call: _Call) -> ToolResult | None:
+        spec = self._tools.get(call.name)
+        args = self._parse(call)
+        if args is _NOT_JSON:
+            return self._fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+        call.args = args
+        if spec is None:
+            return self._unknown_tool(call)
+        call.spec = spec
+        try:
+            call.fp = fingerprint(spec.name, args, spec.normalizers)
+        except RecursionError:
+            return self._fail_unscoped(call, "invalid_argument",
+                                       "the arguments are nested too deeply")
+        except (ValueError, TypeError) as exc:
+            text = str(exc)
+            if "NaN" in text or "Infinity" in text or "nan" in text.lower():
+                reason = "the arguments contain NaN or Infinity, which is not a valid number"
+            elif "too large" in text:
+                reason = text
+            else:
+                reason = "the arguments must be plain JSON values"
+            return self._fail_unscoped(call, "invalid_argument", reason)
+        call.key = CallKey(self.task_id, self._turn, call.fp)
+        try:
+            call.admission = self._store.admit(
+                call.key, cost=spec.cost, max_calls=self.limits.max_calls_per_turn,
+                max_spend=self.limits.max_spend_per_task,
+            )
+        except StateUnavailableError:
+            return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
+                                               "the agent's shared safety state is unreachable"),
+                              count=False)
+        adm = call.admission
+        if adm.over is not None:
+            over = self._budget_exceeded(call, adm)
+            if over is not None:
+                return over
+        if adm.blocked:
+            if self.mode == "enforce":
+                return self._blocked(call, adm)
+            call.shadow["would_block"] = True
+        kwargs, problems = spec.validator.validate(args)
+        if problems:
+            self._refund(call)
+            first = problems[0]
+            reason = "; ".join(p.reason for p in problems[:2])
+            failure = from_entry(self.catalog.get("invalid_argument"), reason,
+                                 next_action=first.next_action, param=first.param)
+            failure.expected = first.expected
+            return self._fail(call, failure)
+        call.kwargs = kwargs
+        return None
+
+    def _parse(self, call: _Call) -> Any:
+        raw = call.args
+        if raw is None:
+            return {}
+        if type(raw) is dict:
+            return raw
+        if isinstance(raw, (str, bytes, bytearray)):
+            text = raw.decode("utf-8", "replace") if not isinstance(raw, str) else raw
+            if not text.strip():
+                return {}
+            if len(text) > _MAX_JSON_CHARS:
+                call.shadow["json_reason"] = (f"the arguments are too large ({len(text)} "
+                                              f"characters; the limit is {_MAX_JSON_CHARS})")
+                return _NOT_JSON
+            try:
+                parsed = json.loads(text, parse_constant=_reject_constant)
+            except RecursionError:
+                call.shadow["json_reason"] = "the arguments are nested too deeply"
+                return _NOT_JSON
+            except ValueError as exc:
+                msg = getattr(exc, "msg", str(exc))
+                pos = getattr(exc, "pos", None)
+                where = f" at character {pos}" if pos is not None else ""
+                call.shadow["json_reason"] = f"the arguments are not valid JSON ({msg}{where})"
+                return _NOT_JSON
+            if not isinstance(parsed, dict):
+                call.shadow["json_reason"] = (
+                    f"the arguments must be a JSON object, not {type(parsed).__name__}"
+                )
+                return _NOT_JSON
+            return parsed
+        if isinstance(raw, Mapping):
+            return dict(raw)
+        dump = getattr(raw, "model_dump", None)
+        if callable(dump):
+            dumped = dump()
+            if isinstance(dumped, dict):
+                return dumped
+        call.shadow["json_reason"] = (
+            f"the arguments must be a JSON object, not {type(raw).__name__}"
+        )
+        return _NOT_JSON
+
+    # -- side effects ---------------------------------------------------------------------
+    def _idempotency_key(self, call: _Call) -> str:
+        spec = call.spec
+        assert spec is not None
+        if spec.idempotency_key is not None:
+            try:
+                return str(spec.idempotency_key(call.kwargs or call.args))
+            except Exception:
+                pass
+        return f"{spec.name}:{call.fp}"
+
+    def _pending_effect(self, call: _Call) -> LedgerEntry | None:
+        call.idem = self._idempotency_key(call)
+        try:
+            entries = self._store.ledger(self.task_id)
+        except StateUnavailableError:
+            return None
+        for entry in reversed(entries):
+            if entry.idempotency_key == call.idem and entry.effect is not Outcome.NO_EFFECT:
+                if entry.effect is Outcome.APPLIED and entry.told == "ok":
+                    return None  # a confirmed success: a new identical call is a new action
+                return entry
+        return None
+
+    def _check_sync(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
+        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
+            return entry.effect if entry.effect is Outcome.APPLIED else None
+        return self._run_postcondition_sync(call)
+
+    async def _check_async(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
+        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
+            return entry.effect if entry.effect is Outcome.APPLIED else None
+        return await self._run_postcondition_async(call)
+
+    def _run_postcondition_sync(self, call: _Call) -> Outcome | None:
+        assert call.spec is not None and call.spec.postcondition is not None
+        try:
+            value = call.spec.postcondition(dict(call.kwargs or call.args))
+            if inspect.isawaitable(value):
+                value = _run_coroutine(value)
+            return verdict_of(value)
+        except Exception as exc:  # noqa: BLE001
+            log.info("postcondition of %s failed: %r", call.name, exc)
+            return None
+
+    async def _run_postcondition_async(self, call: _Call) -> Outcome | None:
+        assert call.spec is not None and call.spec.postcondition is not None
+        try:
+            value = call.spec.postcondition(dict(call.kwargs or call.args))
+            if inspect.isawaitable(value):
+                value = await value
+            return verdict_of(value)
+        except Exception as exc:  # noqa: BLE001
+            log.info("postcondition of %s failed: %r", call.name, exc)
+            return None
+
+    def _after_precheck(self, call: _Call, entry: LedgerEntry, verdict: Outcome | None
+                        ) -> ToolResult | None:
+        if verdict is Outcome.APPLIED:
+            self._put_ledger(replace(entry, effect=Outcome.APPLIED,
+                                     confirmed_by="postcondition"))
+            if entry.told not in (None, "ok") and entry.told_effect is not Outcome.APPLIED:
+                self._incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
+                               f"model was told {entry.told} (effect "
+                               f"{(entry.told_effect or Outcome.UNKNOWN).value}) but the effect "
+                               "landed")
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("already_applied"),
+                f"an earlier identical {call.name} call took effect, confirmed by a check",
+                outcome=Outcome.APPLIED), count=False)
+        if verdict is Outcome.NO_EFFECT:
+            self._put_ledger(replace(entry, effect=Outcome.NO_EFFECT,
+                                     confirmed_by="postcondition"))
+            return None
+        if entry.in_flight and self._key_held(call):
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("in_progress"),
+                f"an identical {call.name} call is still running"), count=False)
+        self._refund(call)
+        return self._fail(call, from_entry(
+            self.catalog.get("effect_unknown"),
+            f"an earlier identical {call.name} call may have taken effect and could not be "
+            "verified"))
+
+    def _key_held(self, call: _Call) -> bool:
+        assert call.idem is not None
+        try:
+            got = self._store.acquire(self.task_id, f"probe:{call.idem}", 0.001)
+            held = not self._store.acquire(self.task_id, call.idem, 0.001)
+            if not held:
+                self._store.release(self.task_id, call.idem)
+            if got:
+                self._store.release(self.task_id, f"probe:{call.idem}")
+            return held
+        except StateUnavailableError:
+            return False
+
+    def _claim(self, call: _Call) -> ToolResult | None:
+        spec = call.spec
+        assert spec is not None
+        if call.idem is None:
+            call.idem = self._idempotency_key(call)
+        ttl = max(30.0, 4 * (spec.timeout or 30.0))
+        try:
+            call.held = self._store.acquire(self.task_id, call.idem, ttl)
+        except StateUnavailableError:
+            return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
+                                               "the agent's shared safety state is unreachable"),
+                              count=False)
+        if not call.held:
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("in_progress"),
+                f"an identical {call.name} call is still running"), count=False)
+        call.entry = LedgerEntry(
+            call_id=call.call_id, task=self.task_id, tool=spec.name, fingerprint=call.fp,
+            idempotency_key=call.idem, args=self.redactor.value(call.args),
+            effect=Outcome.UNKNOWN,
+        )
+        self._put_ledger(call.entry)
+        return None
+
+    def _put_ledger(self, entry: LedgerEntry) -> None:
+        try:
+            self._store.put_ledger(entry)
+        except StateUnavailableError:
+            self._store.fallback.put_ledger(entry)
+
+    def _release(self, call: _Call) -> None:
+        if call.held and call.idem is not None:
+            try:
+                self._store.release(self.task_id, call.idem)
+            except Exception:  # noqa: BLE001 - the key expires by TTL
+                pass
+            call.held = False
+
+    def _refund(self, call: _Call) -> None:
+        if call.spec is not None and call.spec.cost and call.admission is not None:
+            try:
+                self._store.refund(self.task_id, call.spec.cost)
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- dispatch -------------------------------------------------------------------------
+    def _context(self, call: _Call) -> ToolContext:
+        return ToolContext(call.name, call.call_id, self.task_id, self._turn, call.attempts,
+                           call.idem)
+
+    def _invoke_sync(self, call: _Call) -> Any:
+        spec = call.spec
+        assert spec is not None
+        call.attempts += 1
+        call.dispatched = True
+        kwargs = call.kwargs
+        if spec.context_param is not None:
+            kwargs = {**kwargs, spec.context_param: self._context(call)}
+        if spec.is_async:
+            return _run_coroutine(spec.fn(**kwargs), timeout=spec.timeout)
+        if spec.timeout is None:
+            return spec.fn(**kwargs)
+        future = self._pool().submit(spec.fn, **kwargs)
+        try:
+            return future.result(timeout=spec.timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+
+    async def _invoke_async(self, call: _Call) -> Any:
+        spec = call.spec
+        assert spec is not None
+        call.attempts += 1
+        call.dispatched = True
+        kwargs = call.kwargs
+        if spec.context_param is not None:
+            kwargs = {**kwargs, spec.context_param: self._context(call)}
+        if spec.is_async:
+            coro = spec.fn(**kwargs)
+        else:
+            coro = asyncio.get_running_loop().run_in_executor(
+                self._pool(), lambda: spec.fn(**kwargs)
+            )
+        if spec.timeout is None:
+            return await coro
+        try:
+            return await asyncio.wait_for(coro, spec.timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            with self._executor_lock:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=16, thread_name_prefix="toolfault"
+                    )
+        return self._executor
+
+    def _outcome_of(self, call: _Call, value: Any) -> Failure | None:
+        """A returned error value as a failure, else ``None`` (the value is a result)."""
+        spec = call.spec
+        assert spec is not None
+        detector = spec.error_result
+        if detector is None:
+            return None
+        try:
+            reason = detector(value)
+        except Exception:  # noqa: BLE001 - a broken detector must not hide the result
+            return None
+        if not reason:
+            return None
+        entry = self.catalog.for_text(str(reason), exclude=("internal_error",))
+        entry = entry or self.catalog.get("tool_error")
+        return from_entry(entry, str(reason)[:300], cause=None)
+
+    def _classify(self, call: _Call, exc: BaseException) -> Failure:
+        assert call.spec is not None
+        failure = from_exception(exc, self.catalog, tool=call.name,
+                                 side_effect=call.spec.side_effect)
+        if failure.code == "internal_error":
+            log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=exc)
+        return failure
+
+    def _wait(self, state: RetryCallState) -> float:
+        backoff = self.limits.backoff
+        n = max(0, state.attempt_number - 1)
+        delay = min(backoff.maximum, backoff.initial * (2 ** n))
+        delay += random.uniform(0, backoff.jitter) if backoff.jitter else 0.0
+        exc = state.outcome.exception() if state.outcome is not None else None
+        after = exc.failure.retry_after if isinstance(exc, _Retry) else None
+        return max(delay, after or 0.0)
+
+    def _should_retry_failure(self, failure: Failure) -> bool:
+        backoff = self.limits.backoff
+        if self.mode == "observe" or backoff.attempts <= 1 or not failure.transient:
+            return False
+        if failure.outcome is not Outcome.NO_EFFECT:
+            return False
+        return not (failure.retry_after is not None and failure.retry_after > backoff.max_seconds)
+
+    def _retrying_kwargs(self) -> dict[str, Any]:
+        backoff = self.limits.backoff
+        return {
+            "stop": stop_after_attempt(backoff.attempts - 1)
+            | stop_before_delay(backoff.max_seconds),
+            "wait": self._wait,
+            "retry": retry_if_exception_type(_Retry),
+            "reraise": True,
+        }
+
+    def _attempt_sync(self, call: _Call) -> Any | Failure:
+        try:
+            value = self._invoke_sync(call)
+        except Exception as exc:  # noqa: BLE001
+            failure = self._classify(call, exc)
+            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition:
+                failure = self._verified(failure, self._run_postcondition_sync(call), call)
+            if self._should_retry_failure(failure):
+                raise _Retry(failure) from exc
+            return failure
+        return self._outcome_of(call, value) or _Value(value)
+
+    async def _attempt_async(self, call: _Call) -> Any | Failure:
+        try:
+            value = await self._invoke_async(call)
+        except Exception as exc:  # noqa: BLE001
+            failure = self._classify(call, exc)
+            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition:
+                failure = self._verified(failure, await self._run_postcondition_async(call),
+                                         call)
+            if self._should_retry_failure(failure):
+                raise _Retry(failure) from exc
+            return failure
+        return self._outcome_of(call, value) or _Value(value)
+
+    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call) -> Failure:
+        """Apply a postcondition's verdict to an uncertain failure."""
+        if verdict is Outcome.APPLIED:
+            applied = from_entry(
+                self.catalog.get("already_applied"),
+                f"{call.name} did not answer in time, but a check confirmed it took effect",
+                outcome=Outcome.APPLIED, cause=failure.cause,
+            )
+            applied.values["confirmed"] = True
+            return applied
+        if verdict is Outcome.NO_EFFECT:
+            failure.outcome = Outcome.NO_EFFECT
+            failure.values["confirmed"] = False
+            return failure
+        if self._tools and call.spec is not None:
+            failure.values["postcondition_failed"] = True
+        return from_entry(
+            self.catalog.get("effect_unknown"),
+            f"{call.name} did not answer in time and a check could not tell whether it "
+            "took effect",
+            cause=failure.cause,
+        )
+
+    def _dispatch_sync(self, call: _Call) -> _Value | Failure:
+        try:
+            first = self._attempt_sync(call)
+        except _Retry as retry:
+            try:
+                for attempt in Retrying(sleep=self._sleep, **self._retrying_kwargs()):
+                    with attempt:
+                        if attempt.retry_state.attempt_number == 1:
+                            self._sleep(self._wait_first(retry.failure))
+                        return self._attempt_sync(call)  # type: ignore[no-any-return]
+            except _Retry as exhausted:
+                return exhausted.failure
+            return retry.failure
+        return first  # type: ignore[no-any-return]
+
+    async def _dispatch_async(self, call: _Call) -> _Value | Failure:
+        try:
+            first = await self._attempt_async(call)
+        except _Retry as retry:
+            try:
+                async for attempt in AsyncRetrying(sleep=_async_sleep(self._sleep),
+                                                   **self._retrying_kwargs()):
+                    with attempt:
+                        if attempt.retry_state.attempt_number == 1:
+                            await _async_sleep(self._sleep)(self._wait_first(retry.failure))
+                        return await self._attempt_async(call)  # type: ignore[no-any-return]
+            except _Retry as exhausted:
+                return exhausted.failure
+            return retry.failure
+        return first  # type: ignore[no-any-return]
+
+    def _wait_first(self, failure: Failure) -> float:
+        backoff = self.limits.backoff
+        delay = backoff.initial + (random.uniform(0, backoff.jitter) if backoff.jitter else 0.0)
+        return max(min(delay, backoff.maximum), failure.retry_after or 0.0)
+
+    # -- finishing ------------------------------------------------------------------------
+    def _finish(self, call: _Call, done: _Value | Failure) -> ToolResult:
+        spec = call.spec
+        assert spec is not None and call.key is not None
+        if isinstance(done, _Value):
+            adm = call.admission
+            if adm is not None and adm.failures:
+                self._safe_store(self._store.clear_failures, call.key)
+            if call.entry is not None:
+                self._put_ledger(replace(call.entry, effect=Outcome.APPLIED, told="ok",
+                                         told_effect=Outcome.APPLIED, confirmed_by="return",
+                                         attempts=call.attempts))
+            return ToolResult(
+                tool=spec.name, ok=True, text=self._success_text(done.value), data=done.value,
+                fingerprint=call.fp, attempts=call.attempts, call_id=call.call_id,
+            )
+        failure = done
+        count = failure.outcome is not Outcome.APPLIED
+        if not count:
+            self._safe_store(self._store.clear_failures, call.key)
+        result = self._fail(call, failure, count=count)
+        if call.entry is not None:
+            effect = failure.outcome
+            confirmed = "postcondition" if "confirmed" in failure.values else None
+            if effect is Outcome.NO_EFFECT and confirmed is None and failure.failure_class in (
+                FailureClass.INTERNAL,
+            ):
+                effect = Outcome.UNKNOWN
+            self._put_ledger(replace(call.entry, effect=effect, told=result.code,
+                                     told_effect=result.outcome, confirmed_by=confirmed,
+                                     attempts=call.attempts))
+        return result
+
+    def _success_text(self, value: Any) -> str:
+        if isinstance(value, str):
+            text = value
+        elif value is None:
+            text = "null"
+        else:
+            try:
+                text = json.dumps(value, ensure_ascii=False, default=_json_default)
+            except (TypeError, ValueError):
+                text = str(value)
+        return self.redactor.secrets(text)
+
+    def _safe_store(self, op: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return op(*args)
+        except StateUnavailableError:
+            return None
+
+    def _moves(self, call: _Call, failure: Failure, alternatives: Sequence[Alternative]
+               ) -> list[str]:
+        param = failure.param or self._param_in(call, failure.reason)
+        if failure.failure_class is FailureClass.TRANSIENT:
+            first = f"call {call.name} later"
+        else:
+            first = f"call {call.name} with a different {param}" if param else \
+                f"call {call.name} with different arguments"
+        return [first, *(a.phrase() for a in alternatives)]
+
+    @staticmethod
+    def _param_in(call: _Call, reason: str) -> str | None:
+        if isinstance(call.args, dict):
+            for key in call.args:
+                if isinstance(key, str) and key and key in reason:
+                    return key
+        if call.spec is not None:
+            for key in call.spec.params:
+                if key in reason:
+                    return key
+        return None
+
+    def _alternatives(self, call: _Call, failure: Failure) -> list[Alternative]:
+        seen: dict[str, Alternative] = {}
+        for alt in (*(Alternative(a) for a in failure.alternatives),
+                    *(call.spec.alternatives if call.spec else ()),
+                    *((Alternative(failure.entry.alternative),) if failure.entry.alternative
+                      else ())):
+            if alt.name not in seen and alt.name != call.name:
+                seen[alt.name] = alt
+        return list(seen.values())
+
+    def _fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
+        """Shape a failure; count it for the fingerprint; return terminal at the cap."""
+        spec = call.spec
+        args_text = echo_args(self.redactor.value(call.args))
+        alternatives = self._alternatives(call, failure)
+        limit = self.limits.limit_for(failure.failure_class,
+                                      failure.entry.retry_limit or (spec.retry_limit
+                                                                    if spec else None))
+        failures = 0
+        if count and call.key is not None and self.mode != "observe":
+            try:
+                failures = self._store.record_failure(call.key, self._pack(call, failure),
+                                                      limit)
+            except StateUnavailableError:
+                failures = 0
+        elif count and call.key is not None:
+            try:
+                failures = self._store.record_failure(call.key, self._pack(call, failure),
+                                                      10**9)
+            except StateUnavailableError:
+                failures = 0
+            if failures >= limit:
+                call.shadow["would_be_terminal"] = True
+        if count and failures >= limit and self.mode == "enforce":
+            self._incident(IncidentKind.RETRY_CAP, call.name, failure.code,
+                           f"{failures} identical failing calls (limit {limit})")
+            rendered = render_terminal(tool=call.name, code=failure.code, count=failures,
+                                       moves=self._moves(call, failure, alternatives),
+                                       args_text=args_text)
+            return self._error_result(call, failure, rendered.text, rendered.problem,
+                                      terminal=True)
+        text, problem = self._four_part(call, failure, args_text, alternatives)
+        return self._error_result(call, failure, text, problem, terminal=False)
+
+    def _four_part(self, call: _Call, failure: Failure, args_text: str,
+                   alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
+        entry = failure.entry
+        allow = _strings_in(call.args)
+        values: dict[str, object] = {
+            "tool": call.name,
+            "code": failure.code,
+            "param": failure.param or self._param_in(call, failure.reason),
+            "expected": failure.expected,
+            "alternative": alternatives[0].name if alternatives else None,
+            "retry_after": format_seconds(failure.retry_after) if failure.retry_after else None,
+            "check_with": (call.spec.check_with if call.spec else None),
+            "nearest": failure.values.get("nearest"),
+        }
+        values["reason"] = failure.reason
+        reason = self.redactor.prose(fill(entry.reason, values), allow=allow)
+        if failure.next_action:
+            next_action = failure.next_action
+        else:
+            next_action = fill(entry.next_action, values)
+        next_action = self.redactor.prose(next_action.rstrip(". "), allow=allow)
+        mentioned = [a for a in alternatives if a.name in next_action]
+        extra = [a for a in alternatives if a not in mentioned]
+        if extra and failure.outcome is not Outcome.APPLIED:
+            next_action += "".join(f", or {a.phrase()}" for a in extra[:2])
+        retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
+        rendered = render_error(
+            tool=call.name, code=failure.code, reason=reason, args_text=args_text,
+            outcome=failure.outcome, retryable=retryable, retry_after=failure.retry_after,
+            next_action=next_action, title=entry.summary,
+            failure_class=failure.failure_class.value,
+        )
+        return rendered.text, rendered.problem
+
+    def _error_result(self, call: _Call, failure: Failure, text: str,
+                      problem: dict[str, Any], *, terminal: bool, blocked: bool = False
+                      ) -> ToolResult:
+        if self.mode == "observe":
+            call.shadow["would_say"] = text
+            text = _unshaped_text(call.name, failure)
+        return ToolResult(
+            tool=call.name, ok=False, text=text, data=problem, code=failure.code,
+            outcome=failure.outcome, terminal=terminal, blocked=blocked,
+            retryable=failure.retryable and not terminal,
+            failure_class=failure.failure_class, fingerprint=call.fp, attempts=call.attempts,
+            call_id=call.call_id, error=failure.error or ToolError(
+                failure.code, failure.reason, outcome=failure.outcome,
+                failure_class=failure.failure_class, retryable=failure.retryable,
+            ),
+            cause=failure.cause,
+        )
+
+    def _fail_unscoped(self, call: _Call, code: str, reason: str) -> ToolResult:
+        """A failure before the call could be fingerprinted (bad JSON, absurd arguments)."""
+        raw = call.args if isinstance(call.args, (dict, list)) else str(call.args)
+        call.args = raw
+        if call.spec is None:
+            call.spec = self._tools.get(call.name)
+        try:
+            call.fp = fingerprint("__invalid__", {"tool": call.name, "raw": echo_args(raw)})
+            call.key = CallKey(self.task_id, self._turn, call.fp)
+        except (ValueError, TypeError, RecursionError):
+            call.key = None
+        return self._fail(call, from_entry(self.catalog.get(code), reason))
+
+    def _unknown_tool(self, call: _Call) -> ToolResult:
+        names = sorted(self._tools)
+        nearest = difflib.get_close_matches(call.name, names, n=3, cutoff=0.4) or names[:5]
+        failure = from_entry(
+            self.catalog.get("unknown_tool"),
+            f"there is no tool named {call.name!r}",
+        )
+        failure.values["nearest"] = ", ".join(nearest) if nearest else "none are registered"
+        try:
+            call.fp = fingerprint("__unknown__", {"tool": call.name, "args": call.args})
+        except (ValueError, TypeError, RecursionError):
+            call.fp = fingerprint("__unknown__", {"tool": call.name})
+        call.key = CallKey(self.task_id, self._turn, call.fp)
+        return self._fail(call, failure)
+
+    def _budget_exceeded(self, call: _Call, adm: Admission) -> ToolResult | None:
+        if adm.over == "calls_per_turn":
+            reason = (f"this turn already made {adm.calls_in_turn} tool calls, the limit per "
+                      "turn")
+        else:
+            cost = call.spec.cost if call.spec else 0.0
+            reason = (f"this task has spent {adm.spend:g} of its {self.limits.max_spend_per_task:g}"
+                      f" budget and {call.name} costs {cost:g}")
+        self._incident(IncidentKind.BUDGET_EXCEEDED, call.name, "budget_exceeded", reason)
+        if self.mode != "enforce":
+            call.shadow["would_exceed_budget"] = adm.over
+            return None
+        return self._fail(call, from_entry(self.catalog.get("budget_exceeded"), reason),
+                          count=False)
+
+    def _pack(self, call: _Call, failure: Failure) -> str:
+        param = failure.param or self._param_in(call, failure.reason)
+        return f"{failure.code}:{param}" if param else failure.code
+
+    def _blocked(self, call: _Call, adm: Admission) -> ToolResult:
+        code, _, param = (adm.last_code or "tool_error").partition(":")
+        entry = self.catalog.get(code)
+        failure = from_entry(entry, "identical call blocked")
+        args_text = echo_args(self.redactor.value(call.args))
+        alternatives = self._alternatives(call, failure)
+        failure.param = param or None
+        rendered = render_terminal(tool=call.name, code=entry.code, count=adm.failures,
+                                   moves=self._moves(call, failure, alternatives),
+                                   args_text=args_text)
+        return self._error_result(call, failure, rendered.text,
+                                  {**rendered.problem, "blocked": True}, terminal=True,
+                                  blocked=True)
+
+    def _crash(self, call: _Call, exc: BaseException) -> ToolResult:
+        log.error("toolfault internal error while guarding %s", call.name, exc_info=exc)
+        failure = from_entry(self.catalog.get("internal_error"),
+                             f"{call.name} hit an internal error and did not complete",
+                             cause=exc)
+        if call.spec is not None and call.spec.side_effect and call.dispatched:
+            failure.outcome = Outcome.UNKNOWN
+        text, problem = self._four_part(call, failure, echo_args(self.redactor.value(
+            call.args if isinstance(call.args, (dict, list, str)) else repr(call.args))), [])
+        return self._error_result(call, failure, text, problem, terminal=False)
+
+    def _emit(self, call: _Call, result: ToolResult) -> ToolResult:
+        if not self._observers and not _trace.tracing_active():
+            return result
+        event = _trace.CallEvent(
+            tool=result.tool, call_id=result.call_id, task=self.task_id, turn=self._turn,
+            fingerprint=result.fingerprint, ok=result.ok, code=result.code,
+            outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
+            attempts=result.attempts, dispatched=call.dispatched,
+            error_tokens=0 if result.ok else count_tokens(result.text), mode=self.mode,
+            args=self.redactor.value(call.args) if isinstance(call.args, dict) else None,
+            side_effect=bool(call.spec and call.spec.side_effect),
+            duration_s=time.monotonic() - call.started, shadow=dict(call.shadow),
+            at=time.time(),
+        )
+        if _trace.tracing_active():
+            content = json.dumps(event.args, default=str) if self.capture_content else None
+            span = _trace.start_tool_span(result.tool, result.call_id, content=content)
+            adm = call.admission
+            budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend} \
+                if adm is not None else None
+            _trace.finish_tool_span(span, event, result=(self.redactor.secrets(result.text)
+                                                         if self.capture_content else None),
+                                    budget=budget)
+        _trace.safe_notify(self._observers, event)
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    value: Any
+
+
+def _strings_in(args: Any) -> list[str]:
+    if isinstance(args, dict):
+        return [v for v in args.values() if isinstance(v, str)][:32]
+    return []
+
+
+def _unshaped_text(tool: str, failure: Failure) -> str:
+    """What the model would have seen without toolfault (observe mode)."""
+    cause = failure.cause
+    if cause is not None:
+        return f"Error: {type(cause).__name__}: {cause}"
+    return f"Error: {failure.reason}"
+
+
+def _json_default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if hasattr(value, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def _unpack_call(item: Any) -> tuple[str, Any, str | None]:
+    """Accept ``(name, args)``, ``{"name", "arguments", "id"}`` and SDK tool-call objects."""
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        return str(item[0]), item[1], (str(item[2]) if len(item) == 3 else None)
+    if isinstance(item, Mapping):
+        fn = item.get("function")
+        if isinstance(fn, Mapping):
+            return str(fn.get("name")), fn.get("arguments"), item.get("id")
+        args = item.get("arguments", item.get("args", item.get("input")))
+        return str(item.get("name")), args, item.get("id") or item.get("call_id")
+    fn = getattr(item, "function", None)
+    if fn is not None:
+        return str(fn.name), fn.arguments, getattr(item, "id", None)
+    name = getattr(item, "name", None)
+    args = getattr(item, "arguments", getattr(item, "input", getattr(item, "args", None)))
+    cid = getattr(item, "call_id", None) or getattr(item, "id", None)
+    return str(name), args, cid
+
+
+def _run_coroutine(awaitable: Awaitable[Any], *, timeout: float | None = None) -> Any:
+    """Run a coroutine from sync code, also when this thread already runs an event loop."""
+
+    async def runner() -> Any:
+        if timeout is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"timed out after {timeout}s") from None
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(runner())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, runner()).result()
+
+
+def _async_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
+    if sleep is time.sleep:
+        return asyncio.sleep
+
+    async def fake(seconds: float) -> None:
+        sleep(seconds)
+
+    return fake

@@ -1,0 +1,101 @@
+"""Records handed to users: incidents and effect-ledger entries.
+
+Frozen and slotted, serialisable to plain dicts so every store (memory, SQLite, Redis) and the
+JSONL trace keep exactly the same shape.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolfault._errors import Outcome
+
+
+class IncidentKind(enum.Enum):
+    """Events an operator must hear about: a cap is a reportable incident, not a silent stop."""
+
+    RETRY_CAP = "retry_cap"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    EFFECT_MISMATCH = "effect_mismatch"
+    STATE_DEGRADED = "state_degraded"
+    POSTCONDITION_FAILED = "postcondition_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One reportable event (cap hit, budget hit, degraded store, effect mismatch)."""
+
+    kind: IncidentKind
+    tool: str
+    code: str
+    detail: str
+    task: str
+    turn: int
+    at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["kind"] = self.kind.value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Incident:
+        return cls(**{**data, "kind": IncidentKind(data["kind"])})
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One side-effecting call, with the two channels kept apart.
+
+    ``told`` is the response channel (what the model was told: ``ok`` or an error code);
+    ``effect`` is the effect channel (what happened, as confirmed by the tool's return or a
+    postcondition).  ``told`` is ``None`` while the call is in flight, so an entry written
+    before a crash still says "dispatched, effect unknown".
+    """
+
+    call_id: str
+    task: str
+    tool: str
+    fingerprint: str
+    idempotency_key: str | None
+    args: dict[str, Any]
+    effect: Outcome
+    told: str | None = None
+    told_effect: Outcome | None = None
+    confirmed_by: str | None = None
+    attempts: int = 0
+    at: float = field(default_factory=time.time)
+
+    @property
+    def in_flight(self) -> bool:
+        """Dispatched and not answered: the process may have died mid-call."""
+        return self.told is None
+
+    @property
+    def mismatch(self) -> bool:
+        """The model was told something other than what happened."""
+        if self.told is None:
+            return False
+        if self.effect is Outcome.APPLIED:
+            return self.told != "ok" and self.told_effect is not Outcome.APPLIED
+        if self.effect is Outcome.NO_EFFECT:
+            return self.told == "ok"
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["effect"] = self.effect.value
+        out["told_effect"] = self.told_effect.value if self.told_effect else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LedgerEntry:
+        told_effect = data.get("told_effect")
+        return cls(**{
+            **data,
+            "effect": Outcome(data["effect"]),
+            "told_effect": Outcome(told_effect) if told_effect else None,
+        })

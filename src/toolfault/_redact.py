@@ -1,0 +1,115 @@
+"""Keeping secrets and internal identifiers out of what reaches a model provider.
+
+Every string toolfault emits (message text, structured problem, JSONL trace) passes through
+a :class:`Redactor`.  It removes registered secret values, values of secret-looking
+environment variables, well-known key and token shapes, and values under secret-looking
+argument names, and it replaces file paths, hosts and addresses with neutral words.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+#: Shapes of credentials that are secret wherever they appear.
+SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"(?i:\bbearer\s+)[A-Za-z0-9._~+/\-]+=*"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),
+    re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i:\b(?:api[_-]?key|token|secret|password|passwd)=)[^\s&;,]+"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
+)
+
+_ANY_SECRET = re.compile("|".join(f"(?:{p.pattern})" for p in SECRET_PATTERNS))
+
+#: Internal identifiers that say nothing useful to a model: paths, URLs with hosts, addresses.
+INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b[a-z][a-z0-9+.\-]*://[^\s'\"<>]+"), "[url]"),
+    (re.compile(r"(?<![\w.])(?:/[\w.\-]+){2,}/?"), "[path]"),
+    (re.compile(r"\b[A-Za-z]:\\(?:[\w.\- ]+\\)*[\w.\- ]*"), "[path]"),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "[address]"),
+    (re.compile(r"\b[\w\-]+(?:\.[\w\-]+)*\.(?:internal|local|lan|corp|svc|cluster\.local)\b"),
+     "[host]"),
+)
+
+_SECRET_KEY_RE = re.compile(
+    r"(?i)(pass(word|wd)?|secret|token|api[_-]?key|apikey|authorization|auth|credential|"
+    r"private[_-]?key|session[_-]?id|cookie)"
+)
+_SECRET_ENV_RE = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether an argument or header name conventionally holds a secret."""
+    return bool(_SECRET_KEY_RE.search(name))
+
+
+class Redactor:
+    """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
+
+    __slots__ = ("_secrets", "_secrets_re")
+
+    def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
+        self._secrets: set[str] = set()
+        self._secrets_re: re.Pattern[str] | None = None
+        values = list(secrets)
+        if scan_env:
+            values.extend(
+                v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8
+            )
+        self.add(*values)
+
+    def add(self, *secrets: str) -> None:
+        """Register secret values that must never appear in any emitted text."""
+        fresh = {s for s in secrets if isinstance(s, str) and len(s) >= 4}
+        if not fresh - self._secrets:
+            return
+        self._secrets |= fresh
+        ordered = sorted(self._secrets, key=len, reverse=True)
+        self._secrets_re = re.compile("|".join(re.escape(s) for s in ordered))
+
+    def secrets(self, text: str) -> str:
+        """Replace secret values and credential shapes in ``text``."""
+        if self._secrets_re is not None:
+            text = self._secrets_re.sub(REDACTED, text)
+        return _ANY_SECRET.sub(REDACTED, text)
+
+    def prose(self, text: str, *, allow: Iterable[str] = ()) -> str:
+        """Redact secrets, then paths, URLs, hosts and addresses: for reasons and next actions.
+
+        Strings in ``allow`` (the model's own argument values) are the operation's terms, not
+        the infrastructure's, so a path the model passed may be named back to it.
+        """
+        text = self.secrets(text)
+        kept = sorted((a for a in allow if len(a) >= 2 and a in text), key=len, reverse=True)
+        for i, original in enumerate(kept):
+            text = text.replace(original, f"\x00{i}\x00")
+        for pattern, word in INTERNAL_PATTERNS:
+            text = pattern.sub(word, text)
+        for i, original in enumerate(kept):
+            text = text.replace(f"\x00{i}\x00", self.secrets(original))
+        return text
+
+    def value(self, value: Any, *, key: str | None = None, _depth: int = 0) -> Any:
+        """A copy of a JSON-like value with secrets removed (key order kept)."""
+        if key is not None and is_secret_key(key) and isinstance(value, (str, int, float)):
+            return REDACTED
+        if isinstance(value, str):
+            return self.secrets(value)
+        if _depth > 64:
+            return "…"
+        if isinstance(value, Mapping):
+            return {
+                self.secrets(str(k)): self.value(v, key=str(k), _depth=_depth + 1)
+                for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self.value(v, _depth=_depth + 1) for v in value]
+        return value

@@ -1,0 +1,277 @@
+"""Validating arguments before the call, from type hints or a given JSON Schema.
+
+Validators are built once per tool and cached, so the hot path is one pydantic (or
+jsonschema) validation.  A failed validation never calls the tool; it becomes an
+``invalid_argument`` naming the parameter and the expected type.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import (
+    Annotated,
+    Any,
+    NotRequired,
+    Protocol,
+    Required,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
+
+import jsonschema
+import pydantic
+from pydantic import ConfigDict, TypeAdapter
+from typing_extensions import TypedDict
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentProblem:
+    """Why one argument was rejected, in words the model can act on."""
+
+    param: str
+    kind: str  # "missing" | "unexpected" | "type" | "constraint"
+    reason: str
+    expected: str
+    next_action: str
+
+
+class ArgumentValidator(Protocol):
+    """Validates and coerces a tool's arguments; returns problems instead of raising."""
+
+    schema: dict[str, Any]
+    params: tuple[str, ...]
+
+    def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
+        """Coerced arguments, or the problems that stop the call."""
+        ...
+
+
+def describe(schema: Mapping[str, Any]) -> str:
+    """A JSON Schema fragment as the words a model understands: ``an integer greater than 0``."""
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(v) for v in schema["enum"])
+    if "const" in schema:
+        return f"exactly {schema['const']!r}"
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            parts = [describe(s) for s in schema[key] if s.get("type") != "null"]
+            return " or ".join(parts) if parts else "null"
+    kind = schema.get("type")
+    words = {
+        "integer": "an integer", "number": "a number", "string": "a string",
+        "boolean": "true or false", "array": "a list", "object": "an object", "null": "null",
+    }
+    if isinstance(kind, list):
+        return " or ".join(words.get(k, k) for k in kind)
+    base = words.get(str(kind), "a valid value") if kind else "a valid value"
+    bounds = []
+    for key, word in (
+        ("exclusiveMinimum", "greater than"), ("minimum", "at least"),
+        ("exclusiveMaximum", "less than"), ("maximum", "at most"),
+        ("minLength", "of at least {} characters"), ("maxLength", "of at most {} characters"),
+        ("pattern", "matching {}"),
+    ):
+        if key in schema:
+            bounds.append(word.format(schema[key]) if "{}" in word else f"{word} {schema[key]}")
+    if kind == "array" and isinstance(schema.get("items"), Mapping):
+        inner = describe(schema["items"])
+        if inner != "a valid value":
+            base = f"a list of {_plural(inner)}"
+    return " ".join([base, *bounds])
+
+
+def _plural(phrase: str) -> str:
+    for article in ("an ", "a "):
+        if phrase.startswith(article):
+            return phrase[len(article):] + "s"
+    return phrase
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's auto titles: they cost tokens in every tool definition."""
+    def walk(node: Any, parent_key: str | None = None) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: walk(v, k) for k, v in node.items()
+                if not (k == "title" and isinstance(v, str) and parent_key != "properties")
+            }
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    cleaned: dict[str, Any] = walk(schema)
+    cleaned.setdefault("type", "object")
+    cleaned.setdefault("properties", {})
+    return cleaned
+
+
+def context_params(fn: Callable[..., Any], context_type: type) -> set[str]:
+    """Parameters the guard fills in itself (annotated with the ToolContext type)."""
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except Exception:
+        hints = {}
+    out = set()
+    for name, hint in hints.items():
+        base = get_args(hint)[0] if get_origin(hint) is Annotated else hint
+        if base is context_type:
+            out.add(name)
+    return out
+
+
+class PydanticValidator:
+    """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
+
+    __slots__ = ("_adapter", "_tool", "params", "required", "schema")
+
+    def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
+        self._tool = tool
+        sig = inspect.signature(fn)
+        try:
+            hints = get_type_hints(fn, include_extras=True)
+        except Exception:
+            hints = {}
+        fields: dict[str, Any] = {}
+        extra_allowed = False
+        for name, param in sig.parameters.items():
+            if name in skip or name == "self":
+                continue
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                extra_allowed = True
+                continue
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                continue
+            hint = hints.get(name, Any)
+            required = param.default is inspect.Parameter.empty
+            fields[name] = Required[hint] if required else NotRequired[hint]
+        typed = TypedDict(f"{tool}_arguments", fields)  # type: ignore[operator]
+        typed.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
+            extra="allow" if extra_allowed else "forbid", allow_inf_nan=False
+        )
+        self._adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(typed)
+        self.schema = _clean_schema(self._adapter.json_schema())
+        self.schema.pop("additionalProperties", None) if extra_allowed else None
+        if not extra_allowed:
+            self.schema["additionalProperties"] = False
+        for name, param in sig.parameters.items():
+            prop = self.schema["properties"].get(name)
+            if prop is not None and param.default is not inspect.Parameter.empty:
+                try:
+                    prop.setdefault("default", TypeAdapter(Any).dump_python(param.default,
+                                                                            mode="json"))
+                except Exception:
+                    pass
+        self.params = tuple(fields)
+        self.required = frozenset(n for n, f in fields.items() if get_origin(f) is Required)
+
+    def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
+        try:
+            return self._adapter.validate_python(args), []
+        except pydantic.ValidationError as exc:
+            return args, [self._problem(err) for err in exc.errors(include_url=False)]
+
+    def _problem(self, err: Any) -> ArgumentProblem:
+        loc = [str(p) for p in err.get("loc", ())]
+        param = loc[0] if loc else "arguments"
+        where = ".".join(loc) if loc else "arguments"
+        prop = self.schema["properties"].get(param, {})
+        expected = describe(prop) if isinstance(prop, Mapping) else "a valid value"
+        kind = err.get("type", "")
+        if kind == "missing":
+            return ArgumentProblem(
+                param, "missing", f"{where} is required ({expected})", expected,
+                f"call {self._tool} again and include {param} as {expected}",
+            )
+        if kind == "extra_forbidden":
+            valid = ", ".join(self.params) or "none"
+            return ArgumentProblem(
+                param, "unexpected", f"{where} is not a parameter of {self._tool} "
+                f"(parameters: {valid})", expected,
+                f"call {self._tool} again without {param}",
+            )
+        message = str(err.get("msg", "is invalid"))
+        message = re.sub(r"^Input should", "should", message)
+        message = message[0].lower() + message[1:] if message else "is invalid"
+        constraint = kind in {
+            "greater_than", "greater_than_equal", "less_than", "less_than_equal",
+            "string_too_short", "string_too_long", "too_short", "too_long",
+            "string_pattern_mismatch", "literal_error", "enum", "multiple_of",
+        }
+        return ArgumentProblem(
+            param, "constraint" if constraint else "type", f"{where} {message}", expected,
+            f"call {self._tool} again with {param} as {expected}",
+        )
+
+
+class JsonSchemaValidator:
+    """Validator for a raw JSON Schema given by the user (jsonschema, checked once)."""
+
+    __slots__ = ("_tool", "_validator", "params", "schema")
+
+    def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
+        self._tool = tool
+        self.schema = dict(schema)
+        cls = jsonschema.validators.validator_for(self.schema)
+        cls.check_schema(self.schema)
+        self._validator = cls(self.schema)
+        self.params = tuple(self.schema.get("properties", {}))
+
+    def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
+        problems: list[ArgumentProblem] = []
+        if _has_non_finite(args):
+            problems.append(ArgumentProblem(
+                "arguments", "type", "arguments contain NaN or Infinity, which is not a number "
+                "JSON allows", "a finite number",
+                f"call {self._tool} again with finite numbers only",
+            ))
+            return args, problems
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
+        for error in errors[:3]:
+            problems.append(self._problem(error))
+        return args, problems
+
+    def _problem(self, error: jsonschema.ValidationError) -> ArgumentProblem:
+        path = [str(p) for p in error.absolute_path]
+        props = self.schema.get("properties", {})
+        if error.validator == "required":
+            match = re.match(r"'([^']+)'", error.message)
+            param = match.group(1) if match else "arguments"
+            expected = describe(props.get(param, {}))
+            return ArgumentProblem(
+                param, "missing", f"{param} is required ({expected})", expected,
+                f"call {self._tool} again and include {param} as {expected}",
+            )
+        if error.validator == "additionalProperties":
+            extra = re.findall(r"'([^']+)'", error.message)
+            param = extra[0] if extra else "arguments"
+            valid = ", ".join(self.params) or "none"
+            return ArgumentProblem(
+                param, "unexpected",
+                f"{param} is not a parameter of {self._tool} (parameters: {valid})",
+                "no such parameter", f"call {self._tool} again without {param}",
+            )
+        param = path[0] if path else "arguments"
+        where = ".".join(path) if path else "arguments"
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        expected = describe(schema)
+        kind = "type" if error.validator == "type" else "constraint"
+        return ArgumentProblem(
+            param, kind, f"{where} must be {expected}", expected,
+            f"call {self._tool} again with {param} as {expected}",
+        )
+
+
+def _has_non_finite(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if depth > 200:
+        return False
+    if isinstance(value, Mapping):
+        return any(_has_non_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_non_finite(v, depth + 1) for v in value)
+    return False

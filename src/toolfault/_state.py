@@ -1,0 +1,294 @@
+"""Where counters, budgets, in-flight keys and the effect ledger live.
+
+One small :class:`Store` protocol, so a single process (``MemoryStore``), an embedded durable
+file (``SQLiteStore``) and a fleet of workers (``RedisStore``) behave the same.  The hot path
+is :meth:`Store.admit`: one atomic step that reads the fingerprint's failure record, counts
+the call against the turn and charges the task's spend.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from toolfault._errors import StateUnavailableError
+from toolfault._records import Incident, LedgerEntry
+
+
+@dataclass(frozen=True, slots=True)
+class CallKey:
+    """Scope of a counter: one fingerprint in one turn of one task."""
+
+    task: str
+    turn: int
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What :meth:`Store.admit` found and did, atomically.
+
+    ``blocked``: the fingerprint already failed ``failures`` times, reaching its limit; the
+    call was counted against the turn but not charged.  ``over``: a ceiling would be crossed
+    (``"calls_per_turn"`` or ``"spend_per_task"``); nothing was charged then either.
+    """
+
+    failures: int
+    last_code: str | None
+    blocked: bool
+    calls_in_turn: int
+    spend: float
+    over: str | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return not self.blocked and self.over is None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The state protocol every store implements (all methods thread-safe)."""
+
+    def admit(
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+    ) -> Admission:
+        """Read the failure record, count the call in the turn, charge the spend: atomically."""
+        ...
+
+    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
+        """Add one consecutive failure for the fingerprint; returns the new count."""
+        ...
+
+    def clear_failures(self, key: CallKey) -> None:
+        """A success (or a verified effect) resets the fingerprint's count."""
+        ...
+
+    def refund(self, task: str, cost: float) -> None:
+        """Give back spend charged for a call that was never dispatched."""
+        ...
+
+    def acquire(self, task: str, token: str, ttl: float) -> bool:
+        """Claim an idempotency key for an in-flight call; False when someone holds it."""
+        ...
+
+    def release(self, task: str, token: str) -> None:
+        """Release an idempotency key claimed by :meth:`acquire`."""
+        ...
+
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        """Insert or replace a ledger entry (by ``call_id``)."""
+        ...
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        """Ledger entries for a task, oldest first."""
+        ...
+
+    def add_incident(self, incident: Incident) -> None:
+        """Record an incident."""
+        ...
+
+    def incidents(self, task: str) -> list[Incident]:
+        """Incidents for a task, oldest first."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files."""
+        ...
+
+
+class MemoryStore:
+    """The default store: one process, thread-safe, asyncio-safe (no awaits inside a step)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: dict[CallKey, tuple[int, str, int]] = {}
+        self._calls: dict[tuple[str, int], int] = defaultdict(int)
+        self._spend: dict[str, float] = defaultdict(float)
+        self._held: dict[tuple[str, str], float] = {}
+        self._ledger: dict[str, dict[str, LedgerEntry]] = defaultdict(dict)
+        self._incidents: dict[str, list[Incident]] = defaultdict(list)
+
+    def admit(
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+    ) -> Admission:
+        with self._lock:
+            record = self._failures.get(key)
+            turn = (key.task, key.turn)
+            calls = self._calls[turn] + 1
+            spend = self._spend[key.task]
+            if max_calls is not None and calls > max_calls:
+                return Admission(record[0] if record else 0, record[1] if record else None,
+                                 False, calls - 1, spend, "calls_per_turn")
+            self._calls[turn] = calls
+            if record is not None and record[0] >= record[2]:
+                return Admission(record[0], record[1], True, calls, spend)
+            if max_spend is not None and spend + cost > max_spend + 1e-12:
+                return Admission(record[0] if record else 0, record[1] if record else None,
+                                 False, calls, spend, "spend_per_task")
+            spend += cost
+            self._spend[key.task] = spend
+            return Admission(record[0] if record else 0, record[1] if record else None, False,
+                             calls, spend)
+
+    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
+        with self._lock:
+            count = self._failures.get(key, (0, code, limit))[0] + 1
+            self._failures[key] = (count, code, limit)
+            return count
+
+    def clear_failures(self, key: CallKey) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+    def refund(self, task: str, cost: float) -> None:
+        if cost:
+            with self._lock:
+                self._spend[task] = max(0.0, self._spend[task] - cost)
+
+    def acquire(self, task: str, token: str, ttl: float) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            expiry = self._held.get((task, token))
+            if expiry is not None and expiry > now:
+                return False
+            self._held[(task, token)] = now + ttl
+            return True
+
+    def release(self, task: str, token: str) -> None:
+        with self._lock:
+            self._held.pop((task, token), None)
+
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        with self._lock:
+            self._ledger[entry.task][entry.call_id] = entry
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        with self._lock:
+            return sorted(self._ledger.get(task, {}).values(), key=lambda e: e.at)
+
+    def add_incident(self, incident: Incident) -> None:
+        with self._lock:
+            self._incidents[incident.task].append(incident)
+
+    def incidents(self, task: str) -> list[Incident]:
+        with self._lock:
+            return list(self._incidents.get(task, ()))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class DegradingStore:
+    """Wraps the configured store so an outage never crashes the agent loop.
+
+    ``policy="open"``: on a store error, fall back to a local :class:`MemoryStore` (counting
+    goes on, per process) and try the primary again after ``retry_after`` seconds.
+    ``policy="closed"``: raise :class:`StateUnavailableError`, which the guard turns into a
+    ``state_unavailable`` message.  ``on_degrade`` is told once per outage.
+    """
+
+    def __init__(
+        self,
+        primary: Store,
+        *,
+        policy: str = "open",
+        retry_after: float = 5.0,
+        on_degrade: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        if policy not in ("open", "closed"):
+            from toolfault._errors import ConfigurationError
+
+            raise ConfigurationError("state_failure must be 'open' or 'closed'")
+        self.primary = primary
+        self.policy = policy
+        self.fallback = MemoryStore()
+        self._retry_after = retry_after
+        self._down_since: float | None = None
+        self._on_degrade = on_degrade
+        self._lock = threading.Lock()
+
+    @property
+    def degraded(self) -> bool:
+        """True while calls are being counted locally because the primary is unreachable."""
+        return self._down_since is not None
+
+    def _target(self) -> Store:
+        down = self._down_since
+        if down is None or time.monotonic() - down >= self._retry_after:
+            return self.primary
+        if self.policy == "closed":
+            raise StateUnavailableError("the state store is unavailable")
+        return self.fallback
+
+    def _run(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        target = self._target()
+        try:
+            result = getattr(target, op)(*args, **kwargs)
+        except Exception as exc:
+            if target is not self.primary:
+                raise
+            with self._lock:
+                first = self._down_since is None
+                self._down_since = time.monotonic()
+            if first and self._on_degrade is not None:
+                self._on_degrade(exc)
+            if self.policy == "closed":
+                raise StateUnavailableError("the state store is unavailable") from exc
+            return getattr(self.fallback, op)(*args, **kwargs)
+        if target is self.primary and self._down_since is not None:
+            with self._lock:
+                self._down_since = None
+        return result
+
+    def admit(
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+    ) -> Admission:
+        result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
+                                      max_spend=max_spend)
+        return result
+
+    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
+        count: int = self._run("record_failure", key, code, limit)
+        return count
+
+    def clear_failures(self, key: CallKey) -> None:
+        self._run("clear_failures", key)
+
+    def refund(self, task: str, cost: float) -> None:
+        self._run("refund", task, cost)
+
+    def acquire(self, task: str, token: str, ttl: float) -> bool:
+        held: bool = self._run("acquire", task, token, ttl)
+        return held
+
+    def release(self, task: str, token: str) -> None:
+        self._run("release", task, token)
+
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        self._run("put_ledger", entry)
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        entries: list[LedgerEntry] = self._run("ledger", task)
+        return entries
+
+    def add_incident(self, incident: Incident) -> None:
+        try:
+            self._run("add_incident", incident)
+        except StateUnavailableError:
+            self.fallback.add_incident(incident)
+
+    def incidents(self, task: str) -> list[Incident]:
+        try:
+            found: list[Incident] = self._run("incidents", task)
+        except StateUnavailableError:
+            found = []
+        local = self.fallback.incidents(task) if found is not None else []
+        seen = {(i.kind, i.at, i.tool) for i in found}
+        return found + [i for i in local if (i.kind, i.at, i.tool) not in seen]
+
+    def close(self) -> None:
+        self.primary.close()

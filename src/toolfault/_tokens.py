@@ -1,0 +1,64 @@
+"""Counting the tokens an error adds to the model's context.
+
+An error is re-sent on every later turn, so its size is a cost the bench reports and the
+catalog lint caps.  The exact cl100k_base count comes from ``bpe-openai`` (the ``toolfault[tokens]`` extra, which
+ships its vocabulary) or from tiktoken when its encoding is already cached on this machine;
+toolfault never downloads anything.  Otherwise a conservative estimate that over-counts
+punctuation-heavy text such as JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from functools import lru_cache
+
+_PIECES = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]")
+_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+def estimate_tokens(text: str) -> int:
+    """Upper-leaning estimate: one token per punctuation mark or 3-digit group, ~6 letters a word token."""
+    total = 0
+    for piece in _PIECES.findall(text):
+        total += max(1, math.ceil(len(piece) / 6)) if piece[0].isalpha() else 1
+    return total
+
+
+@lru_cache(maxsize=1)
+def _tiktoken_counter() -> Callable[[str], int] | None:
+    try:
+        import bpe_openai
+
+        bundled = bpe_openai.get_encoding("cl100k_base")
+        return lambda text: len(bundled.encode(text))
+    except Exception:  # not installed: try a cached tiktoken encoding
+        pass
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    cached = os.path.join(cache_dir, hashlib.sha1(_ENCODING_URL.encode()).hexdigest())
+    if not os.path.exists(cached):
+        return None
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding("cl100k_base")
+    except Exception:  # a broken cache or missing package: fall back to the estimate
+        return None
+    return lambda text: len(encoding.encode(text))
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in ``text``: exact with a cached tiktoken encoding, else :func:`estimate_tokens`."""
+    counter = _tiktoken_counter()
+    return counter(text) if counter is not None else estimate_tokens(text)
+
+
+def token_counter_name() -> str:
+    """Which counter :func:`count_tokens` uses here, for reports."""
+    return "cl100k_base" if _tiktoken_counter() is not None else "estimate"

@@ -1,0 +1,207 @@
+"""A registered tool: the function plus everything declared about it, resolved once.
+
+Everything the hot path needs (validator, normalizers, context parameter, whether it is a
+coroutine) is computed at registration, so a call does no per-call re-derivation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolfault._errors import ConfigurationError, Outcome
+from toolfault._fingerprint import NormalizeSpec, Normalizer, compile_normalizers
+from toolfault._result import ToolContext
+from toolfault._schema import (
+    ArgumentValidator,
+    JsonSchemaValidator,
+    PydanticValidator,
+    context_params,
+)
+
+#: ``postcondition(args) -> bool | Outcome``: did the side effect land?
+Postcondition = Callable[[dict[str, Any]], Any]
+#: ``error_result(value) -> reason | None``: recognises errors a tool returns instead of raising.
+ErrorDetector = Callable[[Any], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """A tool the model may call instead, and when it applies."""
+
+    name: str
+    when: str = ""
+
+    def phrase(self) -> str:
+        return f"call {self.name} {self.when}".rstrip() if self.when else f"call {self.name}"
+
+
+def alternatives_from(value: Sequence[str | Alternative] | Mapping[str, str]) -> tuple[Alternative, ...]:
+    """Accept ``["a", "b"]``, ``{"a": "if …"}`` or ``Alternative`` objects."""
+    if isinstance(value, Mapping):
+        return tuple(Alternative(str(k), str(v)) for k, v in value.items())
+    out = []
+    for item in value:
+        out.append(item if isinstance(item, Alternative) else Alternative(str(item)))
+    return tuple(out)
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The description and per-parameter docs from a Google/NumPy/Sphinx-style docstring."""
+    if not doc:
+        return "", {}
+    text = inspect.cleandoc(doc)
+    params: dict[str, str] = {}
+    desc_lines: list[str] = []
+    section = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if re.match(r"^(Args|Arguments|Parameters|Params)\s*:?\s*$", stripped):
+            section = "args"
+            continue
+        if re.match(r"^(Returns?|Raises|Yields|Examples?|Notes?)\s*:?\s*$", stripped):
+            section = "other"
+            continue
+        sphinx = re.match(r"^:param\s+(?:\S+\s+)?(\w+):\s*(.*)$", stripped)
+        if sphinx:
+            params[sphinx.group(1)] = sphinx.group(2)
+            continue
+        if section == "args":
+            m = re.match(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$", stripped)
+            if m and line.startswith((" ", "\t")) is not None:
+                params[m.group(1).lstrip("*")] = m.group(2)
+                last = m.group(1).lstrip("*")
+                continue
+            if stripped and params:
+                last = list(params)[-1]
+                params[last] = f"{params[last]} {stripped}".strip()
+            continue
+        if section is None and not stripped.startswith(":"):
+            desc_lines.append(line)
+    description = " ".join(" ".join(desc_lines).split())
+    return description, params
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    """Everything the guard knows about one tool."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    validator: ArgumentValidator
+    normalizers: dict[str, tuple[Normalizer, ...]]
+    alternatives: tuple[Alternative, ...] = ()
+    cost: float = 0.0
+    side_effect: bool = False
+    postcondition: Postcondition | None = None
+    timeout: float | None = None
+    idempotency_key: Callable[[dict[str, Any]], str] | None = None
+    check_with: str | None = None
+    retry_limit: int | None = None
+    error_result: ErrorDetector | None = None
+    is_async: bool = False
+    context_param: str | None = None
+    param_docs: dict[str, str] = field(default_factory=dict)
+    explicit_schema: bool = False
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of the tool's parameters (what adapters publish)."""
+        return self.validator.schema
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.validator.params
+
+
+def _key_function(
+    spec: Callable[[dict[str, Any]], str] | Sequence[str] | str | None, name: str
+) -> Callable[[dict[str, Any]], str] | None:
+    if spec is None:
+        return None
+    if callable(spec):
+        return spec
+    fields = (spec,) if isinstance(spec, str) else tuple(spec)
+
+    def from_fields(args: dict[str, Any]) -> str:
+        return name + ":" + "|".join(f"{f}={args.get(f)!r}" for f in fields)
+
+    return from_fields
+
+
+def build_spec(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    alternatives: Sequence[str | Alternative] | Mapping[str, str],
+    normalize: NormalizeSpec | None,
+    schema: Mapping[str, Any] | None,
+    cost: float,
+    side_effect: bool,
+    postcondition: Postcondition | None,
+    timeout: float | None,
+    idempotency_key: Callable[[dict[str, Any]], str] | Sequence[str] | str | None,
+    check_with: str | None,
+    retry_limit: int | None,
+    error_result: ErrorDetector | None,
+) -> ToolSpec:
+    """Resolve a tool declaration once; raises ``ConfigurationError`` for contradictions."""
+    if not callable(fn):
+        raise ConfigurationError(f"tool {name!r} is not callable")
+    tool_name = name or getattr(fn, "__name__", None)
+    if not tool_name or not re.match(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$", tool_name):
+        raise ConfigurationError(f"tool name {tool_name!r} must be 1-64 letters, digits, _ . -")
+    if postcondition is not None and not side_effect:
+        raise ConfigurationError(f"{tool_name}: postcondition= only applies with side_effect=True")
+    if timeout is not None and timeout <= 0:
+        raise ConfigurationError(f"{tool_name}: timeout must be positive")
+    if cost < 0:
+        raise ConfigurationError(f"{tool_name}: cost must not be negative")
+    doc_desc, param_docs = parse_docstring(inspect.getdoc(fn))
+    ctx = context_params(fn, ToolContext)
+    validator: ArgumentValidator
+    if schema is not None:
+        validator = JsonSchemaValidator(tool_name, schema)
+    else:
+        validator = PydanticValidator(tool_name, fn, skip=ctx)
+        props = validator.schema.get("properties", {})
+        for pname, pdoc in param_docs.items():
+            if pname in props and "description" not in props[pname]:
+                props[pname]["description"] = pdoc
+    key_fn = _key_function(idempotency_key, tool_name)
+    return ToolSpec(
+        name=tool_name,
+        fn=fn,
+        description=description or doc_desc,
+        validator=validator,
+        normalizers=compile_normalizers(normalize),
+        alternatives=alternatives_from(alternatives),
+        cost=float(cost),
+        side_effect=side_effect,
+        postcondition=postcondition,
+        timeout=timeout,
+        idempotency_key=key_fn,
+        check_with=check_with,
+        retry_limit=retry_limit,
+        error_result=error_result,
+        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)
+        ),
+        context_param=next(iter(ctx), None),
+        param_docs=param_docs,
+        explicit_schema=schema is not None,
+    )
+
+
+def verdict_of(value: Any) -> Outcome | None:
+    """A postcondition's answer as an ``Outcome`` (``None`` when it said nothing usable)."""
+    if isinstance(value, Outcome):
+        return value
+    if isinstance(value, bool):
+        return Outcome.APPLIED if value else Outcome.NO_EFFECT
+    return None

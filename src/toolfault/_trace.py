@@ -1,0 +1,134 @@
+"""Seeing what the guard did: OpenTelemetry spans, a JSONL trace and call events.
+
+Spans follow the GenAI semantic conventions for tool execution (``execute_tool {name}``,
+``gen_ai.tool.name``, ``error.type``) and are only created when an OpenTelemetry tracer
+provider is installed, so an untraced process pays nothing.  Arguments and results go on
+spans only when the user opts in (``capture_content=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from opentelemetry import trace
+
+from toolfault._errors import Outcome
+
+TRACER_NAME = "toolfault"
+
+
+@dataclass(frozen=True, slots=True)
+class CallEvent:
+    """One guarded call, as observers and the JSONL trace see it (already redacted)."""
+
+    tool: str
+    call_id: str
+    task: str
+    turn: int
+    fingerprint: str
+    ok: bool
+    code: str | None
+    outcome: Outcome
+    terminal: bool
+    blocked: bool
+    attempts: int
+    dispatched: bool
+    error_tokens: int
+    mode: str
+    args: Any = None
+    side_effect: bool = False
+    duration_s: float = 0.0
+    shadow: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["outcome"] = self.outcome.value
+        out["type"] = "call"
+        return out
+
+
+class CallObserver(Protocol):
+    """A hook called after every guarded call (keep it fast; exceptions are swallowed)."""
+
+    def __call__(self, event: CallEvent) -> None: ...
+
+
+class JsonlSink:
+    """Appends one JSON line per call and per incident; thread-safe, flushed per line."""
+
+    def __init__(self, target: str | Path | IO[str]) -> None:
+        self._lock = threading.Lock()
+        if isinstance(target, (str, Path)):
+            self._file: IO[str] = open(target, "a", encoding="utf-8")  # noqa: SIM115
+            self._owned = True
+        else:
+            self._file = target
+            self._owned = False
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, default=str)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def __call__(self, event: CallEvent) -> None:
+        self.write(event.to_dict())
+
+    def close(self) -> None:
+        if self._owned:
+            self._file.close()
+
+
+def tracing_active() -> bool:
+    """True once the application installed a real tracer provider."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def start_tool_span(tool: str, call_id: str, *, content: str | None = None) -> trace.Span:
+    """Start an ``execute_tool`` span per the GenAI semantic conventions."""
+    tracer = trace.get_tracer(TRACER_NAME)
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.type": "function",
+    }
+    if content is not None:
+        attributes["gen_ai.tool.call.arguments"] = content
+    return tracer.start_span(f"execute_tool {tool}", kind=trace.SpanKind.INTERNAL,
+                             attributes=attributes)
+
+
+def finish_tool_span(span: trace.Span, event: CallEvent, *, result: str | None = None,
+                     budget: dict[str, float] | None = None) -> None:
+    """Record toolfault's attributes and the error type, then end the span."""
+    span.set_attribute("toolfault.fingerprint", event.fingerprint)
+    span.set_attribute("toolfault.attempts", event.attempts)
+    span.set_attribute("toolfault.outcome", event.outcome.value)
+    span.set_attribute("toolfault.terminal", event.terminal)
+    span.set_attribute("toolfault.blocked", event.blocked)
+    span.set_attribute("toolfault.mode", event.mode)
+    for key, value in (budget or {}).items():
+        span.set_attribute(f"toolfault.budget.{key}", value)
+    if result is not None:
+        span.set_attribute("gen_ai.tool.call.result", result)
+    if not event.ok:
+        span.set_attribute("error.type", event.code or "tool_error")
+        span.set_attribute("toolfault.code", event.code or "tool_error")
+        span.set_status(trace.Status(trace.StatusCode.ERROR, event.code or "tool_error"))
+    span.end()
+
+
+def safe_notify(observers: list[Callable[[CallEvent], None]], event: CallEvent) -> None:
+    """Call every observer; an observer's bug must not break the agent loop."""
+    for observer in observers:
+        try:
+            observer(event)
+        except Exception:  # noqa: BLE001 - observers are user code
+            continue
