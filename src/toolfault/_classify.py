@@ -109,15 +109,16 @@ def from_exception(
     http = _http_status(exc)
     if http is not None:
         status, retry_after = http
-        entry = catalog.for_status(status) or catalog.get("internal_error")
+        by_status = catalog.for_status(status) or catalog.get("internal_error")
         reason = f"the service behind {tool} answered HTTP {status}"
         if status == 429:
             reason = f"the service behind {tool} is rate limiting requests (HTTP 429)"
-        return from_entry(entry, reason, retry_after=retry_after, cause=exc)
-    entry = catalog.for_exception(exc)
-    if entry is None:
-        entry = catalog.get("internal_error")
-        return from_entry(entry, f"{tool} hit an internal error and did not complete", cause=exc)
+        return from_entry(by_status, reason, retry_after=retry_after, cause=exc)
+    mapped = catalog.for_exception(exc)
+    if mapped is None:
+        return from_entry(catalog.get("internal_error"),
+                          f"{tool} hit an internal error and did not complete", cause=exc)
+    entry = mapped
     outcome = entry.outcome
     if entry.failure_class is FailureClass.TRANSIENT and side_effect and not (
         names & _BEFORE_DISPATCH

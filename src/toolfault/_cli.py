@@ -93,11 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from toolfault.bench import bench_command
 
-        return bench_command(args)
+        return int(bench_command(args))
     if args.command == "report":
         from toolfault.bench import report_command
 
-        return report_command(args)
+        return int(report_command(args))
     parser.error(f"unknown command {args.command!r}")
     return 2
 

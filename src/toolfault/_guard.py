@@ -33,7 +33,7 @@ from tenacity import (
 
 from toolfault import _trace
 from toolfault._catalog import Catalog, fill
-from toolfault._classify import Failure, from_entry, from_exception, from_tool_error
+from toolfault._classify import Failure, from_entry, from_exception
 from toolfault._errors import (
     ConfigurationError,
     FailureClass,
@@ -60,6 +60,7 @@ from toolfault._tool import (
 )
 
 log = logging.getLogger("toolfault")
+log.addHandler(logging.NullHandler())
 
 F = TypeVar("F", bound=Callable[..., Any])
 Mode = Literal["observe", "shape", "enforce"]
@@ -324,7 +325,7 @@ class Guard:
             if early is not None:
                 return self._emit(call, early)
             return self._emit(call, self._finish(call, self._dispatch_sync(call)))
-        except BaseException as exc:  # noqa: BLE001 - the loop must survive toolfault bugs too
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return self._emit(call, self._crash(call, exc))
@@ -340,7 +341,7 @@ class Guard:
             if early is not None:
                 return self._emit(call, early)
             return self._emit(call, self._finish(call, await self._dispatch_async(call)))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
                 raise
             return self._emit(call, self._crash(call, exc))
@@ -525,7 +526,7 @@ class Guard:
             if inspect.isawaitable(value):
                 value = _run_coroutine(value)
             return verdict_of(value)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.info("postcondition of %s failed: %r", call.name, exc)
             return None
 
@@ -536,7 +537,7 @@ class Guard:
             if inspect.isawaitable(value):
                 value = await value
             return verdict_of(value)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.info("postcondition of %s failed: %r", call.name, exc)
             return None
 
@@ -618,7 +619,7 @@ class Guard:
         if call.held and call.idem is not None:
             try:
                 self._store.release(self.task_id, call.idem)
-            except Exception:  # noqa: BLE001 - the key expires by TTL
+            except Exception:
                 pass
             call.held = False
 
@@ -626,7 +627,7 @@ class Guard:
         if call.spec is not None and call.spec.cost and call.admission is not None:
             try:
                 self._store.refund(self.task_id, call.spec.cost)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
     # -- dispatch -------------------------------------------------------------------------
@@ -670,7 +671,7 @@ class Guard:
             return await coro
         try:
             return await asyncio.wait_for(coro, spec.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -691,7 +692,7 @@ class Guard:
             return None
         try:
             reason = detector(value)
-        except Exception:  # noqa: BLE001 - a broken detector must not hide the result
+        except Exception:
             return None
         if not reason:
             return None
@@ -703,7 +704,7 @@ class Guard:
         assert call.spec is not None
         failure = from_exception(exc, self.catalog, tool=call.name,
                                  side_effect=call.spec.side_effect)
-        if failure.code == "internal_error":
+        if failure.code == "internal_error" and not isinstance(exc, ToolError):
             log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=exc)
         return failure
 
@@ -714,7 +715,7 @@ class Guard:
         delay += random.uniform(0, backoff.jitter) if backoff.jitter else 0.0
         exc = state.outcome.exception() if state.outcome is not None else None
         after = exc.failure.retry_after if isinstance(exc, _Retry) else None
-        return max(delay, after or 0.0)
+        return float(max(delay, after or 0.0))
 
     def _should_retry_failure(self, failure: Failure) -> bool:
         backoff = self.limits.backoff
@@ -737,7 +738,7 @@ class Guard:
     def _attempt_sync(self, call: _Call) -> Any | Failure:
         try:
             value = self._invoke_sync(call)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             failure = self._classify(call, exc)
             if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition:
                 failure = self._verified(failure, self._run_postcondition_sync(call), call)
@@ -749,7 +750,7 @@ class Guard:
     async def _attempt_async(self, call: _Call) -> Any | Failure:
         try:
             value = await self._invoke_async(call)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             failure = self._classify(call, exc)
             if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition:
                 failure = self._verified(failure, await self._run_postcondition_async(call),
@@ -791,11 +792,11 @@ class Guard:
                     with attempt:
                         if attempt.retry_state.attempt_number == 1:
                             self._sleep(self._wait_first(retry.failure))
-                        return self._attempt_sync(call)  # type: ignore[no-any-return]
+                        return self._attempt_sync(call)
             except _Retry as exhausted:
                 return exhausted.failure
             return retry.failure
-        return first  # type: ignore[no-any-return]
+        return first
 
     async def _dispatch_async(self, call: _Call) -> _Value | Failure:
         try:
@@ -807,11 +808,11 @@ class Guard:
                     with attempt:
                         if attempt.retry_state.attempt_number == 1:
                             await _async_sleep(self._sleep)(self._wait_first(retry.failure))
-                        return await self._attempt_async(call)  # type: ignore[no-any-return]
+                        return await self._attempt_async(call)
             except _Retry as exhausted:
                 return exhausted.failure
             return retry.failure
-        return first  # type: ignore[no-any-return]
+        return first
 
     def _wait_first(self, failure: Failure) -> float:
         backoff = self.limits.backoff
@@ -1143,7 +1144,7 @@ def _run_coroutine(awaitable: Awaitable[Any], *, timeout: float | None = None) -
             return await awaitable
         try:
             return await asyncio.wait_for(awaitable, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"timed out after {timeout}s") from None
 
     try:

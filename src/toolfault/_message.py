@@ -83,7 +83,7 @@ def verdict(outcome: Outcome, retryable: bool, retry_after: float | None) -> str
 
 def format_seconds(seconds: float) -> str:
     """``2 seconds``, ``1 second``, ``0.5 seconds``."""
-    value = round(seconds, 1)
+    value = round(float(seconds), 1)
     text = str(int(value)) if value.is_integer() else str(value)
     return f"{text} second" if text == "1" else f"{text} seconds"
 

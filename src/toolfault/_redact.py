@@ -40,8 +40,9 @@ INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 _SECRET_KEY_RE = re.compile(
-    r"(?i)(pass(word|wd)?|secret|token|api[_-]?key|apikey|authorization|auth|credential|"
-    r"private[_-]?key|session[_-]?id|cookie)"
+    r"(?i)(?:^|[_\-.])(?:pass(?:word|wd|phrase)?|secret|token|api[_-]?key|apikey|"
+    r"authorization|auth|credentials?|private[_-]?key|session[_-]?id|cookie|otp|pin)s?"
+    r"(?:$|[_\-.])|(?:password|secret|token|apikey)"
 )
 _SECRET_ENV_RE = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
 

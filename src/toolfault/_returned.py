@@ -25,7 +25,7 @@ def _as_text(value: Any) -> str:
         return value
     if isinstance(value, Mapping):
         for key in ("message", "msg", "detail", "error", "reason"):
-            if key in value and value[key]:
+            if value.get(key):
                 return _as_text(value[key])
         return "; ".join(f"{k}: {_as_text(v)}" for k, v in list(value.items())[:3])
     if isinstance(value, (list, tuple)):

@@ -66,7 +66,7 @@ def describe(schema: Mapping[str, Any]) -> str:
         "boolean": "true or false", "array": "a list", "object": "an object", "null": "null",
     }
     if isinstance(kind, list):
-        return " or ".join(words.get(k, k) for k in kind)
+        return " or ".join(words.get(str(k), str(k)) for k in kind)
     base = words.get(str(kind), "a valid value") if kind else "a valid value"
     bounds = []
     for key, word in (
@@ -148,8 +148,9 @@ class PydanticValidator:
             hint = hints.get(name, Any)
             required = param.default is inspect.Parameter.empty
             fields[name] = Required[hint] if required else NotRequired[hint]
-        typed = TypedDict(f"{tool}_arguments", fields)  # type: ignore[operator]
-        typed.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
+        factory: Any = TypedDict  # built at runtime, so mypy cannot see the keys
+        typed: Any = factory(f"{tool}_arguments", fields)
+        typed.__pydantic_config__ = ConfigDict(  # pydantic reads config off the TypedDict
             extra="allow" if extra_allowed else "forbid", allow_inf_nan=False
         )
         self._adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(typed)

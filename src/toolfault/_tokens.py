@@ -1,10 +1,10 @@
 """Counting the tokens an error adds to the model's context.
 
 An error is re-sent on every later turn, so its size is a cost the bench reports and the
-catalog lint caps.  The exact cl100k_base count comes from ``bpe-openai`` (the ``toolfault[tokens]`` extra, which
-ships its vocabulary) or from tiktoken when its encoding is already cached on this machine;
-toolfault never downloads anything.  Otherwise a conservative estimate that over-counts
-punctuation-heavy text such as JSON.
+catalog lint caps.  The exact cl100k_base count comes from ``bpe-openai`` (the
+``toolfault[tokens]`` extra, which ships its vocabulary) or from tiktoken when its encoding is
+already cached on this machine; toolfault never downloads anything.  Otherwise a
+conservative estimate that over-counts punctuation-heavy text such as JSON.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from collections.abc import Callable
 from functools import lru_cache
 
 _PIECES = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]")
-_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+_ENCODING_URL = (
+    "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+)
 
 
 def estimate_tokens(text: str) -> int:
-    """Upper-leaning estimate: one token per punctuation mark or 3-digit group, ~6 letters a word token."""
+    """Upper-leaning estimate: a token per punctuation mark or 3-digit group, ~6 letters a word."""
     total = 0
     for piece in _PIECES.findall(text):
         total += max(1, math.ceil(len(piece) / 6)) if piece[0].isalpha() else 1
@@ -32,9 +34,13 @@ def estimate_tokens(text: str) -> int:
 @lru_cache(maxsize=1)
 def _tiktoken_counter() -> Callable[[str], int] | None:
     try:
+        import warnings
+
         import bpe_openai
 
-        bundled = bpe_openai.get_encoding("cl100k_base")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            bundled = bpe_openai.get_encoding("cl100k_base")
         return lambda text: len(bundled.encode(text))
     except Exception:  # not installed: try a cached tiktoken encoding
         pass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolfault._errors import ConfigurationError, Outcome
-from toolfault._fingerprint import NormalizeSpec, Normalizer, compile_normalizers
+from toolfault._fingerprint import Normalizer, NormalizeSpec, compile_normalizers
 from toolfault._result import ToolContext
 from toolfault._schema import (
     ArgumentValidator,
@@ -39,7 +39,9 @@ class Alternative:
         return f"call {self.name} {self.when}".rstrip() if self.when else f"call {self.name}"
 
 
-def alternatives_from(value: Sequence[str | Alternative] | Mapping[str, str]) -> tuple[Alternative, ...]:
+def alternatives_from(
+    value: Sequence[str | Alternative] | Mapping[str, str],
+) -> tuple[Alternative, ...]:
     """Accept ``["a", "b"]``, ``{"a": "if …"}`` or ``Alternative`` objects."""
     if isinstance(value, Mapping):
         return tuple(Alternative(str(k), str(v)) for k, v in value.items())
@@ -189,13 +191,18 @@ def build_spec(
         check_with=check_with,
         retry_limit=retry_limit,
         error_result=error_result,
-        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)
-        ),
+        is_async=_is_coroutine_callable(fn),
         context_param=next(iter(ctx), None),
         param_docs=param_docs,
         explicit_schema=schema is not None,
     )
+
+
+def _is_coroutine_callable(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    dunder = getattr(type(fn), "__call__", None)  # noqa: B004 - async callable objects
+    return inspect.iscoroutinefunction(dunder)
 
 
 def verdict_of(value: Any) -> Outcome | None:

@@ -130,5 +130,5 @@ def safe_notify(observers: list[Callable[[CallEvent], None]], event: CallEvent) 
     for observer in observers:
         try:
             observer(event)
-        except Exception:  # noqa: BLE001 - observers are user code
+        except Exception:
             continue

@@ -1,0 +1,245 @@
+"""``toolfault lint``: the catalog rows and the tool definitions, checked before a model is.
+
+The model's first mistake usually starts at the tool definition, and a catalog row without a
+next action produces a message without one.  Findings are numbered, each with its fix, and
+the exit status makes it a CI gate.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+import sys
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolfault._catalog import PLACEHOLDERS, Catalog, template_fields
+from toolfault._errors import CatalogError, FailureClass
+from toolfault._tokens import count_tokens
+
+_WHEN_WORDS = re.compile(r"(?i)\b(use|when|if|for|before|after|instead|only|unless)\b")
+_CALL_NAME = re.compile(r"\bcall\s+([A-Za-z_][A-Za-z0-9_.\-]*)")
+_NOT_TOOL_WORDS = {"it", "this", "that", "again", "one", "the", "a", "an", "later", "back"}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem, where it is, and how to fix it."""
+
+    where: str
+    problem: str
+    fix: str
+    severity: str = "error"
+
+
+def lint_catalog(catalog: Catalog, *, codes: Iterable[str] | None = None) -> list[Finding]:
+    """Rows without a next action, unknown placeholders, messages over the token budget.
+
+    ``codes`` limits the check to a user's own rows while rendering with the merged catalog.
+    """
+    from toolfault._docs import example_message
+
+    wanted = set(codes) if codes is not None else None
+    findings: list[Finding] = []
+    for entry in catalog:
+        if wanted is not None and entry.code not in wanted:
+            continue
+        where = f"{catalog.source} [{entry.code}]"
+        if not entry.next_action.strip():
+            findings.append(Finding(where, "row has no next action",
+                                    'add next_action = "call {tool} again with …" or '
+                                    '"stop and report this failure to the user"'))
+        for key, template in (("reason", entry.reason), ("next_action", entry.next_action)):
+            try:
+                names = template_fields(template)
+            except CatalogError as exc:
+                findings.append(Finding(where, str(exc), f"fix the braces in {key}"))
+                continue
+            for name in names:
+                if name not in PLACEHOLDERS:
+                    known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+                    findings.append(Finding(where, f"{key} uses unknown placeholder {{{name}}}",
+                                            f"use one of {known}"))
+        if entry.retryable and entry.failure_class is not FailureClass.TRANSIENT:
+            findings.append(Finding(
+                where, f"retryable = true on a {entry.failure_class.value} failure",
+                "only transient failures are retried; set retryable = false or class = "
+                '"transient"', severity="warning"))
+        try:
+            message = example_message(catalog, entry)
+        except CatalogError as exc:
+            findings.append(Finding(where, str(exc), "fix the template"))
+            continue
+        tokens = count_tokens(message)
+        if tokens > catalog.token_budget:
+            findings.append(Finding(
+                where, f"message is {tokens} tokens, over the budget of {catalog.token_budget}",
+                "shorten summary/next_action, or move the explanation behind a link"))
+    return findings
+
+
+def _property_issues(name: str, prop: dict[str, Any]) -> list[str]:
+    issues = []
+    concrete = any(k in prop for k in ("type", "enum", "const", "$ref", "anyOf", "oneOf",
+                                        "allOf"))
+    if not concrete:
+        issues.append("has no concrete type (bare Any)")
+    elif prop.get("type") == "object" and "properties" not in prop and not isinstance(
+        prop.get("additionalProperties"), dict
+    ):
+        issues.append("is a bare dict with no schema for its contents")
+    elif prop.get("type") == "array" and not prop.get("items"):
+        issues.append("is a list with no item type")
+    return issues
+
+
+_RANGE_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+               "maxLength", "enum", "const", "pattern")
+
+
+def _has_constraint(prop: dict[str, Any]) -> bool:
+    if any(k in prop for k in _RANGE_KEYS):
+        return True
+    return any(_has_constraint(p) for p in prop.get("anyOf", []) if isinstance(p, dict))
+
+
+def _checked_params(fn: Any, params: Iterable[str]) -> dict[str, str]:
+    """Parameters the tool body compares against constants (so the schema should say so)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    names = set(params)
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Name)
+            and node.left.id in names
+            and all(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set))
+                    for c in node.comparators)
+        ):
+            found.setdefault(node.left.id, ast.unparse(node))
+    return found
+
+
+def _next_action_strings(fn: Any) -> list[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg == "next_action" and isinstance(kw.value, ast.Constant) and \
+                        isinstance(kw.value.value, str):
+                    out.append(kw.value.value)
+    return out
+
+
+def lint_guard(guard: Any) -> list[Finding]:
+    """Tool definitions: descriptions, documented and concrete parameters, declared
+    constraints, and alternative tools that exist."""
+    findings: list[Finding] = []
+    names = set(guard.tools)
+    for name, spec in sorted(guard.tools.items()):
+        where = f"tool {name}"
+        desc = (spec.description or "").strip()
+        if not desc:
+            findings.append(Finding(where, "has no description",
+                                    "add a docstring saying what it does and when to use it"))
+        elif len(desc.split()) < 6 or not _WHEN_WORDS.search(desc):
+            findings.append(Finding(where, f"description {desc[:60]!r} does not say when to "
+                                    "use it", 'add a sentence like "Use it when …"'))
+        props = spec.schema.get("properties", {})
+        for pname, prop in props.items():
+            if not isinstance(prop, dict):
+                continue
+            if not prop.get("description"):
+                findings.append(Finding(f"{where}, parameter {pname}", "is not documented",
+                                        f"document {pname} in the docstring's Args: section "
+                                        "or with Annotated[..., Field(description=...)]"))
+            for issue in _property_issues(pname, prop):
+                findings.append(Finding(f"{where}, parameter {pname}", issue,
+                                        "give it a concrete type (a TypedDict, pydantic model, "
+                                        "list[str], …)"))
+        if not spec.explicit_schema:
+            for pname, check in _checked_params(spec.fn, props).items():
+                prop = props.get(pname, {})
+                if isinstance(prop, dict) and not _has_constraint(prop):
+                    findings.append(Finding(
+                        f"{where}, parameter {pname}",
+                        f"the code checks `{check}` but the schema declares no range or enum",
+                        f"declare it, e.g. Annotated[int, Field(gt=0)] or Literal[...] for "
+                        f"{pname}, so the model sees the rule before it calls"))
+        for alt in spec.alternatives:
+            if alt.name not in names:
+                findings.append(Finding(where, f"alternative {alt.name!r} is not a registered "
+                                        "tool", f"register {alt.name} or remove it from "
+                                        "alternatives="))
+        if spec.check_with and spec.check_with not in names:
+            findings.append(Finding(where, f"check_with={spec.check_with!r} is not a "
+                                    "registered tool", "register that read tool"))
+        for text in _next_action_strings(spec.fn):
+            for target in _CALL_NAME.findall(text):
+                if target.lower() not in _NOT_TOOL_WORDS and target not in names:
+                    findings.append(Finding(where, f"a next action names {target!r}, which is "
+                                            "not a registered tool",
+                                            f"register {target} or reword the next action"))
+    return findings
+
+
+def load_guard(reference: str) -> Any:
+    """Import ``module:attribute`` (a ``Guard``) the way ``uvicorn`` imports apps."""
+    module_name, _, attr = reference.partition(":")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    module = importlib.import_module(module_name)
+    target: Any = module
+    for part in (attr or "guard").split("."):
+        target = getattr(target, part)
+    if callable(target) and not hasattr(target, "tools"):
+        target = target()
+    if not hasattr(target, "tools"):
+        raise TypeError(f"{reference} is not a toolfault Guard")
+    return target
+
+
+def lint_command(targets: list[str]) -> int:
+    """Print numbered findings; exit 1 when any is an error, 2 when a target cannot load."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    findings: list[Finding] = []
+    if not targets:
+        targets = ["<built-in>"]
+    for target in targets:
+        try:
+            if target == "<built-in>":
+                findings += lint_catalog(Catalog.default())
+            elif target.endswith(".toml") or Path(target).is_file():
+                own = Catalog.load(target)
+                findings += lint_catalog(Catalog.default().merged(own),
+                                         codes=[e.code for e in own])
+            else:
+                findings += lint_guard(load_guard(target))
+        except (CatalogError, ImportError, AttributeError, TypeError) as exc:
+            console.print(f"[red]toolfault lint: cannot load {target}: {exc}[/red]")
+            return 2
+    if not findings:
+        console.print(f"[green]✓[/green] no findings in {', '.join(targets)}")
+        return 0
+    for number, f in enumerate(findings, 1):
+        colour = "red" if f.severity == "error" else "yellow"
+        console.print(f"{number}. [{colour}]{f.severity}[/{colour}] [bold]{f.where}[/bold]: "
+                      f"{f.problem}\n   fix: {f.fix}")
+    errors = sum(f.severity == "error" for f in findings)
+    console.print(f"\n{len(findings)} finding(s), {errors} error(s).")
+    return 1 if errors else 0
