@@ -117,7 +117,8 @@ def from_exception(
     mapped = catalog.for_exception(exc)
     if mapped is None:
         return from_entry(catalog.get("internal_error"),
-                          f"{tool} hit an internal error and did not complete", cause=exc)
+                          f"{tool} hit an internal error and did not complete", cause=exc,
+                          outcome=Outcome.UNKNOWN if side_effect else Outcome.NO_EFFECT)
     entry = mapped
     outcome = entry.outcome
     if entry.failure_class is FailureClass.TRANSIENT and side_effect and not (

@@ -831,8 +831,9 @@ class Guard:
                 self._put_ledger(replace(call.entry, effect=Outcome.APPLIED, told="ok",
                                          told_effect=Outcome.APPLIED, confirmed_by="return",
                                          attempts=call.attempts))
+            text, data = self._success_text(done.value)
             return ToolResult(
-                tool=spec.name, ok=True, text=self._success_text(done.value), data=done.value,
+                tool=spec.name, ok=True, text=text, data=data,
                 fingerprint=call.fp, attempts=call.attempts, call_id=call.call_id,
             )
         failure = done
@@ -852,17 +853,26 @@ class Guard:
                                      attempts=call.attempts))
         return result
 
-    def _success_text(self, value: Any) -> str:
+    def _success_text(self, value: Any) -> tuple[str, Any]:
+        """The model's text for a return value, and the value itself unless it held a secret."""
         if isinstance(value, str):
             text = value
         elif value is None:
-            text = "null"
+            return "null", None
         else:
             try:
                 text = json.dumps(value, ensure_ascii=False, default=_json_default)
             except (TypeError, ValueError):
                 text = str(value)
-        return self.redactor.secrets(text)
+        clean = self.redactor.secrets(text)
+        if clean == text:
+            return text, value
+        if isinstance(value, str):
+            return clean, clean
+        try:
+            return clean, json.loads(clean)
+        except ValueError:
+            return clean, clean
 
     def _safe_store(self, op: Callable[..., Any], *args: Any) -> Any:
         try:

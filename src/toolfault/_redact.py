@@ -17,12 +17,13 @@ REDACTED = "[REDACTED]"
 
 #: Shapes of credentials that are secret wherever they appear.
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    re.compile(r"(?i:\bbearer\s+)[A-Za-z0-9._~+/\-]+=*"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    # No leading word boundary on purpose: "0sk-…" or "xAKIA…" must not slip through.
+    re.compile(r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}"),
+    re.compile(r"(?i:bearer\s+)[A-Za-z0-9._~+/\-]+=*"),
+    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     re.compile(r"(?i:\b(?:api[_-]?key|token|secret|password|passwd)=)[^\s&;,]+"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
 )

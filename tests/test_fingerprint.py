@@ -1,0 +1,90 @@
+"""Fingerprints: cosmetic differences collapse, meaningful ones do not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolfault import ConfigurationError, canonical_args, fingerprint, round_to
+from toolfault._fingerprint import compile_normalizers
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=20,
+)
+
+
+def test_canonical_form_sorts_keys_and_uses_compact_separators() -> None:
+    """Keys are sorted and separators compact, so key order never changes the fingerprint."""
+    assert canonical_args({"b": 1, "a": [1, 2]}) == '{"a":[1,2],"b":1}'
+    assert fingerprint("t", {"b": 1, "a": 2}) == fingerprint("t", {"a": 2, "b": 1})
+
+
+def test_integral_floats_are_ints_and_unicode_is_nfc() -> None:
+    """5.0 equals 5 and a decomposed é equals the composed one."""
+    assert fingerprint("t", {"n": 5.0}) == fingerprint("t", {"n": 5})
+    assert fingerprint("t", {"n": 5.5}) != fingerprint("t", {"n": 5})
+    assert fingerprint("t", {"city": "Cafe\u0301"}) == fingerprint("t", {"city": "Caf\u00e9"})
+
+
+def test_tool_name_is_part_of_the_fingerprint() -> None:
+    """The same arguments to another tool are another call."""
+    assert fingerprint("a", {"x": 1}) != fingerprint("b", {"x": 1})
+
+
+def test_normalizers_fold_cosmetic_rewording() -> None:
+    """Case, whitespace, trailing slashes and rounding are folded per declared parameter."""
+    norm = compile_normalizers({
+        "query": ["whitespace", "casefold"], "path": "trailing_slash", "tol": round_to(2),
+        "tags": "casefold",
+    })
+    a = {"query": "Cheap  Flights ", "path": "/data/in/", "tol": 0.1234, "tags": ["A", "b"]}
+    b = {"query": "cheap flights", "path": "/data/in", "tol": 0.12, "tags": ["a", "B"]}
+    assert fingerprint("s", a, norm) == fingerprint("s", b, norm)
+    c = {**b, "query": "expensive flights"}
+    assert fingerprint("s", c, norm) != fingerprint("s", b, norm)
+    assert fingerprint("s", a) != fingerprint("s", b)
+
+
+def test_star_normalizer_applies_to_every_argument() -> None:
+    """The "*" key applies a normalizer to all arguments."""
+    norm = compile_normalizers({"*": "casefold"})
+    assert fingerprint("s", {"a": "X", "b": "Y"}, norm) == fingerprint("s", {"a": "x", "b": "y"},
+                                                                       norm)
+
+
+def test_unknown_normalizer_is_a_configuration_error() -> None:
+    """A typo in normalize= fails at registration, not at call time."""
+    with pytest.raises(ConfigurationError, match="unknown normalizer"):
+        compile_normalizers({"q": "lowercase-ish"})
+    assert compile_normalizers({"q": "round:1"})["q"][0](1.26) == 1.3
+
+
+def test_nan_is_rejected() -> None:
+    """NaN has no canonical form and is refused."""
+    with pytest.raises(ValueError):
+        fingerprint("t", {"x": float("nan")})
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6))
+def test_fingerprint_ignores_key_order(args: dict[str, Any]) -> None:
+    """Any permutation of the same keys gives the same fingerprint."""
+    reversed_args = dict(reversed(list(args.items())))
+    assert fingerprint("t", args) == fingerprint("t", reversed_args)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8), json_values, min_size=1, max_size=6),
+       st.data())
+def test_changing_a_value_changes_the_fingerprint(args: dict[str, Any], data: Any) -> None:
+    """Replacing one value with a different canonical value yields a different fingerprint."""
+    key = data.draw(st.sampled_from(sorted(args)))
+    new = data.draw(json_values)
+    changed = {**args, key: new}
+    if canonical_args(changed) != canonical_args(args):
+        assert fingerprint("t", changed) != fingerprint("t", args)
