@@ -47,12 +47,19 @@ def template_fields(template: str) -> list[str]:
 
 def fill(template: str, values: Mapping[str, object]) -> str:
     """Render ``template``; a placeholder without a value gets its neutral phrase."""
-    merged: dict[str, object] = dict(PLACEHOLDERS)
+    merged = _Defaulting(PLACEHOLDERS)
     merged.update({k: v for k, v in values.items() if v not in (None, "")})
     try:
         return template.format_map(merged)
     except (KeyError, IndexError, ValueError) as exc:
         raise CatalogError(f"cannot render template {template!r}: {exc}") from exc
+
+
+class _Defaulting(dict[str, object]):
+    """Unknown placeholders render as themselves: lint reports them, calls never crash."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +264,9 @@ class Catalog:
     def for_text(self, text: str, *, exclude: Iterable[str] = ()) -> CatalogEntry | None:
         """The first row whose ``match`` patterns recognise a returned error text."""
         skip = set(exclude)
-        for entry in self.entries:
+        # Specific rows first: "invalid token" is unauthenticated, not invalid_argument.
+        ordered = sorted(self.entries, key=lambda e: e.failure_class is FailureClass.BAD_INPUT)
+        for entry in ordered:
             if entry.code not in skip and entry.matches_text(text):
                 return entry
         return None

@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -368,6 +369,8 @@ class Guard:
         early = self._prepare_until_effects(call)
         if early is not None or call.spec is None or not call.spec.side_effect:
             return early
+        if self.mode != "enforce":
+            return self._record_dispatch(call)
         pending = self._pending_effect(call)
         if pending is not None:
             verdict = self._check_sync(call, pending)
@@ -380,6 +383,8 @@ class Guard:
         early = self._prepare_until_effects(call)
         if early is not None or call.spec is None or not call.spec.side_effect:
             return early
+        if self.mode != "enforce":
+            return self._record_dispatch(call)
         pending = self._pending_effect(call)
         if pending is not None:
             verdict = await self._check_async(call, pending)
@@ -431,6 +436,10 @@ class Guard:
                 return self._blocked(call, adm)
             call.shadow["would_block"] = True
         kwargs, problems = spec.validator.validate(args)
+        if problems and self.mode == "observe":
+            call.shadow["would_reject"] = problems[0].reason
+            call.kwargs = dict(args)
+            return None
         if problems:
             self._refund(call)
             first = problems[0]
@@ -601,13 +610,19 @@ class Guard:
             return self._fail(call, from_entry(
                 self.catalog.get("in_progress"),
                 f"an identical {call.name} call is still running"), count=False)
+        return self._record_dispatch(call)
+
+    def _record_dispatch(self, call: _Call) -> None:
+        """Write the ledger entry before dispatch, so a crash mid-call leaves a trace."""
+        assert call.spec is not None
+        if call.idem is None:
+            call.idem = self._idempotency_key(call)
         call.entry = LedgerEntry(
-            call_id=call.call_id, task=self.task_id, tool=spec.name, fingerprint=call.fp,
+            call_id=call.call_id, task=self.task_id, tool=call.spec.name, fingerprint=call.fp,
             idempotency_key=call.idem, args=self.redactor.value(call.args),
             effect=Outcome.UNKNOWN,
         )
         self._put_ledger(call.entry)
-        return None
 
     def _put_ledger(self, entry: LedgerEntry) -> None:
         try:
@@ -698,7 +713,9 @@ class Guard:
             return None
         entry = self.catalog.for_text(str(reason), exclude=("internal_error",))
         entry = entry or self.catalog.get("tool_error")
-        return from_entry(entry, str(reason)[:300], cause=None)
+        failure = from_entry(entry, str(reason)[:300], cause=None)
+        failure.values["returned"] = self._success_text(value)[0]
+        return failure
 
     def _classify(self, call: _Call, exc: BaseException) -> Failure:
         assert call.spec is not None
@@ -719,7 +736,7 @@ class Guard:
 
     def _should_retry_failure(self, failure: Failure) -> bool:
         backoff = self.limits.backoff
-        if self.mode == "observe" or backoff.attempts <= 1 or not failure.transient:
+        if self.mode != "enforce" or backoff.attempts <= 1 or not failure.transient:
             return False
         if failure.outcome is not Outcome.NO_EFFECT:
             return False
@@ -740,7 +757,8 @@ class Guard:
             value = self._invoke_sync(call)
         except Exception as exc:
             failure = self._classify(call, exc)
-            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition:
+            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
+                    and self.mode == "enforce":
                 failure = self._verified(failure, self._run_postcondition_sync(call), call)
             if self._should_retry_failure(failure):
                 raise _Retry(failure) from exc
@@ -752,7 +770,8 @@ class Guard:
             value = await self._invoke_async(call)
         except Exception as exc:
             failure = self._classify(call, exc)
-            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition:
+            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
+                    and self.mode == "enforce":
                 failure = self._verified(failure, await self._run_postcondition_async(call),
                                          call)
             if self._should_retry_failure(failure):
@@ -892,14 +911,21 @@ class Guard:
 
     @staticmethod
     def _param_in(call: _Call, reason: str) -> str | None:
+        """The argument a reason is about: named in it, or the only one there is."""
+        keys: list[str] = []
         if isinstance(call.args, dict):
-            for key in call.args:
-                if isinstance(key, str) and key and key in reason:
-                    return key
+            keys = [k for k in call.args if isinstance(k, str) and k]
         if call.spec is not None:
-            for key in call.spec.params:
-                if key in reason:
-                    return key
+            keys += [k for k in call.spec.params if k not in keys]
+        lowered = reason.lower()
+        for key in keys:
+            if key in reason:
+                return key
+        for key in keys:
+            if re.search(rf"\b{re.escape(key.lower().replace('_', ' '))}\b", lowered):
+                return key
+        if isinstance(call.args, dict) and len(call.args) == 1 and keys:
+            return keys[0]
         return None
 
     def _alternatives(self, call: _Call, failure: Failure) -> list[Alternative]:
@@ -921,19 +947,13 @@ class Guard:
                                       failure.entry.retry_limit or (spec.retry_limit
                                                                     if spec else None))
         failures = 0
-        if count and call.key is not None and self.mode != "observe":
+        if count and call.key is not None:
             try:
                 failures = self._store.record_failure(call.key, self._pack(call, failure),
                                                       limit)
             except StateUnavailableError:
                 failures = 0
-        elif count and call.key is not None:
-            try:
-                failures = self._store.record_failure(call.key, self._pack(call, failure),
-                                                      10**9)
-            except StateUnavailableError:
-                failures = 0
-            if failures >= limit:
+            if failures >= limit and self.mode != "enforce":
                 call.shadow["would_be_terminal"] = True
         if count and failures >= limit and self.mode == "enforce":
             self._incident(IncidentKind.RETRY_CAP, call.name, failure.code,
@@ -985,7 +1005,7 @@ class Guard:
                       ) -> ToolResult:
         if self.mode == "observe":
             call.shadow["would_say"] = text
-            text = _unshaped_text(call.name, failure)
+            text = self.redactor.secrets(_unshaped_text(call.name, failure))
         return ToolResult(
             tool=call.name, ok=False, text=text, data=problem, code=failure.code,
             outcome=failure.outcome, terminal=terminal, blocked=blocked,
@@ -1034,10 +1054,10 @@ class Guard:
             cost = call.spec.cost if call.spec else 0.0
             reason = (f"this task has spent {adm.spend:g} of its {self.limits.max_spend_per_task:g}"
                       f" budget and {call.name} costs {cost:g}")
-        self._incident(IncidentKind.BUDGET_EXCEEDED, call.name, "budget_exceeded", reason)
         if self.mode != "enforce":
             call.shadow["would_exceed_budget"] = adm.over
             return None
+        self._incident(IncidentKind.BUDGET_EXCEEDED, call.name, "budget_exceeded", reason)
         return self._fail(call, from_entry(self.catalog.get("budget_exceeded"), reason),
                           count=False)
 
@@ -1110,6 +1130,9 @@ def _strings_in(args: Any) -> list[str]:
 
 def _unshaped_text(tool: str, failure: Failure) -> str:
     """What the model would have seen without toolfault (observe mode)."""
+    returned = failure.values.get("returned")
+    if isinstance(returned, str):
+        return returned
     cause = failure.cause
     if cause is not None:
         return f"Error: {type(cause).__name__}: {cause}"

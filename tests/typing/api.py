@@ -1,0 +1,35 @@
+"""Type-checked by mypy in CI, never run by pytest: the public API as users write it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolfault import Backoff, Catalog, Guard, Limits, Outcome, ToolError, ToolResult
+
+guard = Guard(limits=Limits(retry_limit=3, max_calls_per_turn=50, backoff=Backoff()))
+
+
+@guard.tool(alternatives=["search_flights_any_price"], normalize={"origin": "casefold"})
+def search_flights(origin: str, destination: str, max_price: int) -> list[dict[str, Any]]:
+    if max_price <= 0:
+        raise ToolError("invalid_argument", "max_price must be greater than 0",
+                        next_action="call search_flights again with max_price as a positive number")
+    return []
+
+
+@guard.tool
+def ping() -> str:
+    return "pong"
+
+
+plain: list[dict[str, Any]] = search_flights("SFO", "JFK", 10)
+result: ToolResult = guard.call("search_flights", {"origin": "SFO"})
+flags: tuple[bool, bool, bool] = (result.ok, result.is_error, result.terminal)
+code: str | None = result.code
+outcome: Outcome = result.outcome
+text: str = result.text
+catalog: Catalog = Catalog.default()
+
+
+async def use_async() -> ToolResult:
+    return await guard.acall("ping", "{}")
