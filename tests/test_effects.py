@@ -92,7 +92,7 @@ def test_timeout_without_effect_is_retried() -> None:
 
 
 def test_postcondition_failure_stays_unknown_and_names_the_read_tool() -> None:
-    """If the check itself fails, the effect stays unknown, nothing is retried, the read tool is named."""
+    """A failing check leaves the effect unknown, retries nothing and names the read tool."""
     airline = Airline(delay=0.2, fail_check=True)
     guard = guarded(airline)
     result = guard.call("book_flight", ARGS)
@@ -117,7 +117,7 @@ def test_unknown_effect_without_postcondition_is_never_redispatched() -> None:
 
 
 def test_model_retry_verifies_before_dispatch_and_flags_mismatch() -> None:
-    """A later identical call runs the postcondition first; a landed effect the model was told failed is an incident."""
+    """A later identical call is verified first; a landed effect told as failed is an incident."""
     airline = Airline(delay=0.2, fail_check=True)
     guard = guarded(airline)
     assert guard.call("book_flight", ARGS).outcome is Outcome.UNKNOWN
@@ -149,7 +149,7 @@ def test_confirmed_success_allows_a_new_identical_action() -> None:
 
 
 def test_idempotency_key_is_passed_and_concurrent_duplicates_refused() -> None:
-    """The key reaches the tool via ctx; a second concurrent call with the same key is in_progress."""
+    """The key reaches the tool via ctx; a concurrent call with the same key is in_progress."""
     guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
     started = threading.Event()
     release = threading.Event()

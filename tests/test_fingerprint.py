@@ -68,7 +68,7 @@ def test_unknown_normalizer_is_a_configuration_error() -> None:
 
 def test_nan_is_rejected() -> None:
     """NaN has no canonical form and is refused."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Out of range float values"):
         fingerprint("t", {"x": float("nan")})
 
 

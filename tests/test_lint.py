@@ -22,6 +22,9 @@ def test_builtin_catalog_is_clean() -> None:
 
 def test_bad_rows_are_reported_with_fixes() -> None:
     """Missing next action, unknown placeholder and over-budget templates are findings."""
+    wordy = ("call {tool} again after reading every one of the many long paragraphs of the "
+             "manual that explains in detail the reasons for this failure and all the "
+             "possible remedies one could try")
     bad = Catalog.loads(textwrap.dedent('''
         [catalog]
         token_budget = 60
@@ -33,8 +36,7 @@ def test_bad_rows_are_reported_with_fixes() -> None:
         next_action = "call {tool} with {paramter}"
         [[error]]
         code = "wordy"
-        next_action = "call {tool} again after reading every one of the many long paragraphs of the manual that explains in detail the reasons for this failure and all the possible remedies one could try"
-    '''))
+    ''') + f'next_action = "{wordy}"\n')
     merged = Catalog.default().merged(bad)
     findings = lint_catalog(merged, codes=["no_next", "typo", "wordy"])
     problems: dict[str, list[str]] = {}

@@ -113,7 +113,7 @@ def test_default_detector_shapes() -> None:
 
 
 def test_returned_error_dict_becomes_four_part_with_mapped_code() -> None:
-    """A returned {"error": "... not found"} is not_found with the text as reason, not a raw dict."""
+    """A returned {"error": "… not found"} is not_found with the text as reason, not raw."""
     fs = FileSystem()
     guard = Guard(scan_env_secrets=False)
     guard.register(fs)

@@ -16,6 +16,9 @@ from typing import Any
 
 Normalizer = Callable[[Any], Any]
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+
 #: Arguments whose canonical form is larger than this are rejected as ``invalid_argument``.
 MAX_CANONICAL_BYTES = 2_000_000
 
@@ -123,10 +126,7 @@ def canonical_args(
                 value = fn(value)
             normalized[key] = value
         args = normalized
-    return json.dumps(
-        _canonical(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-        allow_nan=False,
-    )
+    return _CANONICAL.encode(_canonical(args))
 
 
 def fingerprint(

@@ -47,7 +47,7 @@ from toolfault._limits import Limits
 from toolfault._message import echo_args, format_seconds, render_error, render_terminal
 from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import Redactor
-from toolfault._result import ToolContext, ToolResult
+from toolfault._result import FailureInfo, ToolContext, ToolResult
 from toolfault._returned import default_error_result
 from toolfault._state import Admission, CallKey, DegradingStore, MemoryStore, Store
 from toolfault._tokens import count_tokens
@@ -148,6 +148,7 @@ class Guard:
         self._store = DegradingStore(
             store or MemoryStore(), policy=state_failure, on_degrade=self._on_degrade
         )
+        self._clean_turn_known = self._store.knows_clean_turns
         self._tools: dict[str, ToolSpec] = {}
         self._turn = 0
         self._observers: list[Callable[[_trace.CallEvent], None]] = list(observers)
@@ -370,7 +371,8 @@ class Guard:
         if early is not None or call.spec is None or not call.spec.side_effect:
             return early
         if self.mode != "enforce":
-            return self._record_dispatch(call)
+            self._record_dispatch(call)
+            return None
         pending = self._pending_effect(call)
         if pending is not None:
             verdict = self._check_sync(call, pending)
@@ -384,7 +386,8 @@ class Guard:
         if early is not None or call.spec is None or not call.spec.side_effect:
             return early
         if self.mode != "enforce":
-            return self._record_dispatch(call)
+            self._record_dispatch(call)
+            return None
         pending = self._pending_effect(call)
         if pending is not None:
             verdict = await self._check_async(call, pending)
@@ -402,20 +405,12 @@ class Guard:
         if spec is None:
             return self._unknown_tool(call)
         call.spec = spec
-        try:
-            call.fp = fingerprint(spec.name, args, spec.normalizers)
-        except RecursionError:
-            return self._fail_unscoped(call, "invalid_argument",
-                                       "the arguments are nested too deeply")
-        except (ValueError, TypeError) as exc:
-            text = str(exc)
-            if "NaN" in text or "Infinity" in text or "nan" in text.lower():
-                reason = "the arguments contain NaN or Infinity, which is not a valid number"
-            elif "too large" in text:
-                reason = text
-            else:
-                reason = "the arguments must be plain JSON values"
-            return self._fail_unscoped(call, "invalid_argument", reason)
+        if spec.side_effect or not self._clean_turn_known or not _flat_simple(args) or \
+                self._store.degraded or \
+                self._store.primary.has_failures(self.task_id, self._turn):  # type: ignore[attr-defined]
+            problem = self._ensure_fp(call)
+            if problem is not None:
+                return self._fail_unscoped(call, "invalid_argument", problem)
         call.key = CallKey(self.task_id, self._turn, call.fp)
         try:
             call.admission = self._store.admit(
@@ -450,6 +445,31 @@ class Guard:
             return self._fail(call, failure)
         call.kwargs = kwargs
         return None
+
+    def _ensure_fp(self, call: _Call) -> str | None:
+        """Fingerprint the call (once); returns why the arguments are unusable, if they are."""
+        if call.fp:
+            return None
+        assert call.spec is not None
+        try:
+            call.fp = fingerprint(call.spec.name, call.args, call.spec.normalizers)
+        except RecursionError:
+            return "the arguments are nested too deeply"
+        except (ValueError, TypeError) as exc:
+            text = str(exc)
+            if "NaN" in text or "Infinity" in text or "nan" in text.lower():
+                return "the arguments contain NaN or Infinity, which is not a valid number"
+            if "too large" in text:
+                return text
+            return "the arguments must be plain JSON values"
+        if call.key is not None:
+            call.key = CallKey(call.key.task, call.key.turn, call.fp)
+        return None
+
+    def _lazy_fingerprint(self, call: _Call) -> Callable[[], str]:
+        spec, args = call.spec, call.args
+        assert spec is not None
+        return lambda: fingerprint(spec.name, args, spec.normalizers)
 
     def _parse(self, call: _Call) -> Any:
         raw = call.args
@@ -610,7 +630,8 @@ class Guard:
             return self._fail(call, from_entry(
                 self.catalog.get("in_progress"),
                 f"an identical {call.name} call is still running"), count=False)
-        return self._record_dispatch(call)
+        self._record_dispatch(call)
+        return None
 
     def _record_dispatch(self, call: _Call) -> None:
         """Write the ledger entry before dispatch, so a crash mid-call leaves a trace."""
@@ -851,10 +872,8 @@ class Guard:
                                          told_effect=Outcome.APPLIED, confirmed_by="return",
                                          attempts=call.attempts))
             text, data = self._success_text(done.value)
-            return ToolResult(
-                tool=spec.name, ok=True, text=text, data=data,
-                fingerprint=call.fp, attempts=call.attempts, call_id=call.call_id,
-            )
+            return ToolResult(spec.name, True, text, data, call.attempts, call.call_id, None,
+                              call.fp or self._lazy_fingerprint(call))
         failure = done
         count = failure.outcome is not Outcome.APPLIED
         if not count:
@@ -880,9 +899,12 @@ class Guard:
             return "null", None
         else:
             try:
-                text = json.dumps(value, ensure_ascii=False, default=_json_default)
+                text = _TEXT.encode(value)
             except (TypeError, ValueError):
-                text = str(value)
+                try:
+                    text = json.dumps(value, ensure_ascii=False, default=_json_default)
+                except (TypeError, ValueError):
+                    text = str(value)
         clean = self.redactor.secrets(text)
         if clean == text:
             return text, value
@@ -947,6 +969,8 @@ class Guard:
                                       failure.entry.retry_limit or (spec.retry_limit
                                                                     if spec else None))
         failures = 0
+        if count and call.key is not None and call.spec is not None and not call.fp:
+            self._ensure_fp(call)
         if count and call.key is not None:
             try:
                 failures = self._store.record_failure(call.key, self._pack(call, failure),
@@ -1006,17 +1030,17 @@ class Guard:
         if self.mode == "observe":
             call.shadow["would_say"] = text
             text = self.redactor.secrets(_unshaped_text(call.name, failure))
-        return ToolResult(
-            tool=call.name, ok=False, text=text, data=problem, code=failure.code,
-            outcome=failure.outcome, terminal=terminal, blocked=blocked,
-            retryable=failure.retryable and not terminal,
-            failure_class=failure.failure_class, fingerprint=call.fp, attempts=call.attempts,
-            call_id=call.call_id, error=failure.error or ToolError(
+        info = FailureInfo(
+            code=failure.code, outcome=failure.outcome, terminal=terminal, blocked=blocked,
+            retryable=failure.retryable and not terminal, failure_class=failure.failure_class,
+            error=failure.error or ToolError(
                 failure.code, failure.reason, outcome=failure.outcome,
                 failure_class=failure.failure_class, retryable=failure.retryable,
             ),
             cause=failure.cause,
         )
+        return ToolResult(call.name, False, text, problem, call.attempts, call.call_id, info,
+                          call.fp)
 
     def _fail_unscoped(self, call: _Call, code: str, reason: str) -> ToolResult:
         """A failure before the call could be fingerprinted (bad JSON, absurd arguments)."""
@@ -1120,6 +1144,22 @@ class Guard:
 @dataclass(frozen=True, slots=True)
 class _Value:
     value: Any
+
+
+_SIMPLE = (int, bool, type(None))
+_TEXT = json.JSONEncoder(ensure_ascii=False)
+
+
+def _flat_simple(args: dict[str, Any]) -> bool:
+    """Flat, short, NaN-free arguments: safe to admit before fingerprinting on a clean turn."""
+    for value in args.values():
+        kind = type(value)
+        if kind is str:
+            if len(value) > 10_000:
+                return False
+        elif kind not in _SIMPLE:
+            return False
+    return True
 
 
 def _strings_in(args: Any) -> list[str]:

@@ -10,6 +10,20 @@ from toolfault._tokens import count_tokens
 
 
 @dataclass(frozen=True, slots=True)
+class FailureInfo:
+    """Why a call failed, kept beside the message (``None`` on success)."""
+
+    code: str
+    outcome: Outcome = Outcome.NO_EFFECT
+    terminal: bool = False
+    blocked: bool = False
+    retryable: bool = False
+    failure_class: FailureClass | None = None
+    error: ToolError | None = field(default=None, repr=False)
+    cause: BaseException | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """The outcome of one guarded call, shaped for the model and kept whole for the engineer.
 
@@ -22,22 +36,65 @@ class ToolResult:
     ok: bool
     text: str
     data: Any = None
-    code: str | None = None
-    outcome: Outcome = Outcome.NO_EFFECT
-    terminal: bool = False
-    blocked: bool = False
-    retryable: bool = False
-    failure_class: FailureClass | None = None
-    fingerprint: str = ""
     attempts: int = 0
     call_id: str = ""
-    error: ToolError | None = field(default=None, repr=False)
-    cause: BaseException | None = field(default=None, repr=False)
+    failure: FailureInfo | None = None
+    _fingerprint: Any = field(default="", repr=False, compare=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """The call's fingerprint (computed on first use on the fast success path)."""
+        fp = self._fingerprint
+        if callable(fp):
+            fp = fp()
+            object.__setattr__(self, "_fingerprint", fp)
+        return str(fp)
 
     @property
     def is_error(self) -> bool:
         """The model must treat this result as a failure (adapters set ``is_error`` from it)."""
         return not self.ok
+
+    @property
+    def code(self) -> str | None:
+        """The catalog code of the failure (``None`` on success)."""
+        return self.failure.code if self.failure else None
+
+    @property
+    def outcome(self) -> Outcome:
+        """What happened to the world: a success applied its effect, a failure says."""
+        if self.failure is None:
+            return Outcome.NO_EFFECT
+        return self.failure.outcome
+
+    @property
+    def terminal(self) -> bool:
+        """The retry cap was reached: the model was told retrying is not allowed."""
+        return self.failure.terminal if self.failure else False
+
+    @property
+    def blocked(self) -> bool:
+        """The call was refused at the cap without reaching the tool."""
+        return self.failure.blocked if self.failure else False
+
+    @property
+    def retryable(self) -> bool:
+        """Retrying the same call later may help (the verdict the text states)."""
+        return self.failure.retryable if self.failure else False
+
+    @property
+    def failure_class(self) -> FailureClass | None:
+        return self.failure.failure_class if self.failure else None
+
+    @property
+    def error(self) -> ToolError | None:
+        """The failure as a ``ToolError`` (raised by the tool, or synthesised)."""
+        return self.failure.error if self.failure else None
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The original exception, for logs and traces (never shown to the model)."""
+        return self.failure.cause if self.failure else None
 
     @property
     def value(self) -> Any:

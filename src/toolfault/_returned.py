@@ -55,6 +55,11 @@ def default_error_result(value: Any) -> str | None:
     ``errors`` key and nothing but envelope keys beside it; a string counts when it starts with
     ``Error:``.
     """
+    kind = type(value)
+    if kind is dict and "error" not in value and "errors" not in value:
+        return None  # the common case, decided without walking anything
+    if kind in (int, float, bool, list, tuple) or value is None:
+        return None
     if isinstance(value, str):
         if _ERROR_PREFIX.match(value):
             return _ERROR_PREFIX.sub("", value, count=1).strip() or "the tool reported an error"

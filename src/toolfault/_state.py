@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from toolfault._errors import StateUnavailableError
 from toolfault._records import Incident, LedgerEntry
@@ -28,9 +28,8 @@ class CallKey:
     fingerprint: str
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """What :meth:`Store.admit` found and did, atomically.
+class Admission(NamedTuple):
+    """What :meth:`Store.admit` found and did, atomically (a tuple: cheap on the hot path).
 
     ``blocked``: the fingerprint already failed ``failures`` times, reaching its limit; the
     call was counted against the turn but not charged.  ``over``: a ceiling would be crossed
@@ -106,6 +105,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failures: dict[CallKey, tuple[int, str, int]] = {}
+        self._dirty: dict[tuple[str, int], int] = defaultdict(int)
         self._calls: dict[tuple[str, int], int] = defaultdict(int)
         self._spend: dict[str, float] = defaultdict(float)
         self._held: dict[tuple[str, str], float] = {}
@@ -136,13 +136,21 @@ class MemoryStore:
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._lock:
-            count = self._failures.get(key, (0, code, limit))[0] + 1
+            previous = self._failures.get(key)
+            if previous is None:
+                self._dirty[(key.task, key.turn)] += 1
+            count = (previous[0] if previous else 0) + 1
             self._failures[key] = (count, code, limit)
             return count
 
     def clear_failures(self, key: CallKey) -> None:
         with self._lock:
-            self._failures.pop(key, None)
+            if self._failures.pop(key, None) is not None:
+                self._dirty[(key.task, key.turn)] -= 1
+
+    def has_failures(self, task: str, turn: int) -> bool:
+        """Whether any fingerprint failed in this turn (lets the guard skip work when not)."""
+        return self._dirty.get((task, turn), 0) > 0
 
     def refund(self, task: str, cost: float) -> None:
         if cost:
@@ -224,6 +232,16 @@ class DegradingStore:
             raise StateUnavailableError("the state store is unavailable")
         return self.fallback
 
+    def _degrade(self, exc: BaseException) -> None:
+        """Mark the primary down (told once per outage); raise when failing closed."""
+        with self._lock:
+            first = self._down_since is None
+            self._down_since = time.monotonic()
+        if first and self._on_degrade is not None:
+            self._on_degrade(exc)
+        if self.policy == "closed":
+            raise StateUnavailableError("the state store is unavailable") from exc
+
     def _run(self, op: str, *args: Any, **kwargs: Any) -> Any:
         target = self._target()
         try:
@@ -231,22 +249,35 @@ class DegradingStore:
         except Exception as exc:
             if target is not self.primary:
                 raise
-            with self._lock:
-                first = self._down_since is None
-                self._down_since = time.monotonic()
-            if first and self._on_degrade is not None:
-                self._on_degrade(exc)
-            if self.policy == "closed":
-                raise StateUnavailableError("the state store is unavailable") from exc
+            self._degrade(exc)
             return getattr(self.fallback, op)(*args, **kwargs)
         if target is self.primary and self._down_since is not None:
             with self._lock:
                 self._down_since = None
         return result
 
+    @property
+    def knows_clean_turns(self) -> bool:
+        """The primary can say cheaply whether a turn has failures (local stores can)."""
+        return callable(getattr(self.primary, "has_failures", None))
+
+    def has_failures(self, task: str, turn: int) -> bool:
+        """Conservative: True unless the current target store can say there are none."""
+        target = self.fallback if self._down_since is not None else self.primary
+        check = getattr(target, "has_failures", None)
+        return True if check is None else bool(check(task, turn))
+
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
     ) -> Admission:
+        if self._down_since is None:  # the hot path: one direct call
+            try:
+                return self.primary.admit(key, cost=cost, max_calls=max_calls,
+                                          max_spend=max_spend)
+            except Exception as exc:
+                self._degrade(exc)
+                return self.fallback.admit(key, cost=cost, max_calls=max_calls,
+                                           max_spend=max_spend)
         result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
                                       max_spend=max_spend)
         return result

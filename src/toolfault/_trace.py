@@ -86,8 +86,16 @@ class JsonlSink:
 
 
 def tracing_active() -> bool:
-    """True once the application installed a real tracer provider."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    """True once the application installed a real tracer provider (cheap: a global read)."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _MISSING)
+    if provider is None:
+        return False
+    if provider is _MISSING:  # a future opentelemetry-api without the global
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return True
+
+
+_MISSING = object()
 
 
 def start_tool_span(tool: str, call_id: str, *, content: str | None = None) -> trace.Span:
