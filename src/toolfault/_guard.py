@@ -398,6 +398,8 @@ class Guard:
 
     def _prepare_until_effects(self, call: _Call) -> ToolResult | None:
         spec = self._tools.get(call.name)
+        if spec is None:
+            call.name = _display_name(call.name)
         args = self._parse(call)
         if args is _NOT_JSON:
             return self._fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
@@ -1104,6 +1106,21 @@ class Guard:
                                   blocked=True)
 
     def _crash(self, call: _Call, exc: BaseException) -> ToolResult:
+        try:
+            return self._crash_result(call, exc)
+        except Exception:  # noqa: BLE001 - the last line of defence must not raise
+            name = _display_name(call.name)
+            text = (f"{name} failed (code: internal_error).\n"
+                    f"Reason: {name} hit an internal error and did not complete.\n"
+                    "Rejected arguments: {}.\n"
+                    "Effect: unknown. It is not known whether the action happened; do not "
+                    "retry before checking.\n"
+                    "Next action: stop and report this failure to the user.")
+            info = FailureInfo(code="internal_error", outcome=Outcome.UNKNOWN, cause=exc)
+            return ToolResult(name, False, text, {"code": "internal_error"}, call.attempts,
+                              call.call_id, info, "")
+
+    def _crash_result(self, call: _Call, exc: BaseException) -> ToolResult:
         log.error("toolfault internal error while guarding %s", call.name, exc_info=exc)
         failure = from_entry(self.catalog.get("internal_error"),
                              f"{call.name} hit an internal error and did not complete",
@@ -1113,6 +1130,12 @@ class Guard:
         text, problem = self._four_part(call, failure, echo_args(self.redactor.value(
             call.args if isinstance(call.args, (dict, list, str)) else repr(call.args))), [])
         return self._error_result(call, failure, text, problem, terminal=False)
+
+    def _safe_emit(self, call: _Call, result: ToolResult) -> ToolResult:
+        try:
+            return self._emit(call, result)
+        except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
+            return result
 
     def _emit(self, call: _Call, result: ToolResult) -> ToolResult:
         if not self._observers and not _trace.tracing_active():
@@ -1147,6 +1170,14 @@ class _Value:
 
 
 _SIMPLE = (int, bool, type(None))
+_NAME_JUNK = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def _display_name(name: str) -> str:
+    """An unknown tool's name, safe to echo: identifier characters only, bounded length."""
+    cleaned = _NAME_JUNK.sub("_", name)[:64].strip("_")
+    return cleaned or "unnamed_tool"
+
 _TEXT = json.JSONEncoder(ensure_ascii=False)
 
 
