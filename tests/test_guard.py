@@ -626,3 +626,27 @@ def test_observer_errors_never_break_the_call(tmp_path: Any) -> None:
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [line["ok"] for line in lines if line["type"] == "call"] == [False, True]
     assert lines[0]["code"] == "invalid_argument" and lines[0]["error_tokens"] > 0
+
+
+def test_unknown_tool_wins_over_bad_json() -> None:
+    """A call to a tool that does not exist is unknown_tool even when its arguments are not JSON."""
+    guard, _ = make_guard()
+    result = guard.call("free_text_tool", "just some words")
+    assert result.code == "unknown_tool"
+    assert 'Rejected arguments: "just some words".' in result.text
+
+
+def test_shape_formats_an_outside_exception_without_counting() -> None:
+    """Guard.shape turns an exception caught elsewhere into the four-part text, uncounted."""
+    guard, calls = make_guard()
+    shaped = [guard.shape("search_flights", BAD, TimeoutError("slow")) for _ in range(4)]
+    assert all(r.code == "timeout" and not r.terminal for r in shaped)
+    assert guard.shape("search_flights", "{bad", ValueError("x")).code == "invalid_json"
+    assert calls["search_flights"] == 0
+
+
+def test_three_tuple_without_id_gets_a_generated_id() -> None:
+    """(name, args, None) does not produce the call id 'None'."""
+    guard, _ = make_guard()
+    (result,) = guard.run_tool_calls([("search_flights", {**BAD, "max_price": 5}, None)])
+    assert result.call_id != "None"

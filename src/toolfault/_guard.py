@@ -350,6 +350,27 @@ class Guard:
         finally:
             self._release(call)
 
+    def shape(self, name: str, args: Any, error: BaseException, *,
+              call_id: str | None = None) -> ToolResult:
+        """Shape an exception a framework caught outside the guard into the contract.
+
+        Not counted against caps (the guard did not run the call), but traced and redacted
+        like any other result.
+        """
+        call = _Call(self._tools.get(name), str(name), args, call_id or f"call_{next(_ids)}",
+                     time.monotonic())
+        try:
+            parsed = self._parse(call)
+            if parsed is _NOT_JSON:
+                return self._emit(call, self._fail_unscoped(call, "invalid_json",
+                                                            call.shadow.pop("json_reason")))
+            call.args = parsed
+            failure = from_exception(error, self.catalog, tool=call.name,
+                                     side_effect=bool(call.spec and call.spec.side_effect))
+            return self._emit(call, self._fail(call, failure, count=False))
+        except Exception as exc:  # noqa: BLE001
+            return self._safe_emit(call, self._crash(call, exc))
+
     def run_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
         """Run a batch of calls from your own loop: ``(name, args)``, dicts or SDK objects."""
         results = []
@@ -401,11 +422,16 @@ class Guard:
         if spec is None:
             call.name = _display_name(call.name)
         args = self._parse(call)
+        if spec is None:  # the name is the first mistake to report, whatever the arguments
+            if args is _NOT_JSON:
+                call.shadow.pop("json_reason", None)
+                call.args = call.args if isinstance(call.args, str) else repr(call.args)
+            else:
+                call.args = args
+            return self._unknown_tool(call)
         if args is _NOT_JSON:
             return self._fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
         call.args = args
-        if spec is None:
-            return self._unknown_tool(call)
         call.spec = spec
         if spec.side_effect or not self._clean_turn_known or not _flat_simple(args) or \
                 self._store.degraded or \
@@ -1224,7 +1250,8 @@ def _json_default(value: Any) -> Any:
 def _unpack_call(item: Any) -> tuple[str, Any, str | None]:
     """Accept ``(name, args)``, ``{"name", "arguments", "id"}`` and SDK tool-call objects."""
     if isinstance(item, tuple) and len(item) in (2, 3):
-        return str(item[0]), item[1], (str(item[2]) if len(item) == 3 else None)
+        cid = item[2] if len(item) == 3 else None
+        return str(item[0]), item[1], (str(cid) if cid is not None else None)
     if isinstance(item, Mapping):
         fn = item.get("function")
         if isinstance(fn, Mapping):
