@@ -1,0 +1,297 @@
+"""OpenAI adapter, driven end to end through the real ``openai`` client against a loopback stub."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from toolfault import Guard, ToolError
+from toolfault.adapters.openai import (
+    arun_chat_tool_calls,
+    arun_response_function_calls,
+    chat_tools,
+    responses_tools,
+    run_chat_tool_calls,
+    run_response_function_calls,
+)
+
+
+def _require(name: str) -> ModuleType:
+    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
+
+
+openai = _require("openai")
+
+CHAT, RESPONSES = "/v1/chat/completions", "/v1/responses"
+TERMINAL = "Retrying the same call is not allowed."
+
+
+class Tools:
+    """A guard with one tool per scenario, counting how often each body ran."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.runs: dict[str, int] = {}
+
+        @guard.tool
+        def get_weather(city: str, days: int = 1) -> str:
+            """Current weather for a city."""
+            self._ran("get_weather")
+            return f"sunny in {city}"
+
+        @guard.tool
+        def flaky_forecast(city: str) -> dict[str, Any]:
+            """A forecast from a backend that drops the first connection."""
+            if self._ran("flaky_forecast") == 1:
+                raise ConnectionError("connection reset by peer")
+            return {"city": city, "forecast": "rain"}
+
+        @guard.tool
+        def find_city(name: str) -> str:
+            """Look a city up by name."""
+            self._ran("find_city")
+            raise ToolError("not_found", f"there is no city named {name}", param="name")
+
+    def _ran(self, name: str) -> int:
+        self.runs[name] = self.runs.get(name, 0) + 1
+        return self.runs[name]
+
+
+@pytest.fixture
+def tools(fast_guard: Guard) -> Tools:
+    return Tools(fast_guard)
+
+
+def _chat_loop(client: Any, guard: Guard) -> str:
+    messages: list[Any] = [{"role": "user", "content": "What is the weather?"}]
+    for _ in range(8):
+        reply = client.chat.completions.create(model="gpt-x", messages=messages,
+                                               tools=chat_tools(guard))
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return str(message.content)
+        messages.extend(run_chat_tool_calls(guard, message))
+    raise AssertionError("the loop did not finish")
+
+
+def _responses_loop(client: Any, guard: Guard) -> str:
+    items: list[Any] = [{"role": "user", "content": "What is the weather?"}]
+    for _ in range(8):
+        reply = client.responses.create(model="gpt-x", input=items, tools=responses_tools(guard))
+        items += [item.model_dump(exclude_none=True) for item in reply.output]
+        outputs = run_response_function_calls(guard, reply)
+        if not outputs:
+            return str(reply.output_text)
+        items += outputs
+    raise AssertionError("the loop did not finish")
+
+
+def _run(api: str, stub: Any, canned: SimpleNamespace, guard: Guard, steps: list[Any]) -> str:
+    """Script the stub, run the real client loop, return the model's final text."""
+    with openai.OpenAI(base_url=f"{stub.url}/v1", api_key="test", max_retries=0) as client:
+        if api == "chat":
+            stub.add(CHAT, *canned.script(canned.chat, steps))
+            return _chat_loop(client, guard)
+        stub.add(RESPONSES, *canned.script(canned.response, steps))
+        return _responses_loop(client, guard)
+
+
+def _sent(api: str, stub: Any) -> list[list[tuple[str, str]]]:
+    """Per request, the ``(call_id, text)`` tool outputs the client sent (new ones only)."""
+    out: list[list[tuple[str, str]]] = []
+    seen = 0
+    for body in stub.bodies(CHAT if api == "chat" else RESPONSES):
+        if api == "chat":
+            found = [(m["tool_call_id"], m["content"]) for m in body["messages"]
+                     if m.get("role") == "tool"]
+        else:
+            items = body["input"] if isinstance(body["input"], list) else []
+            found = [(i["call_id"], i["output"]) for i in items
+                     if i.get("type") == "function_call_output"]
+        out.append(found[seen:])
+        seen = len(found)
+    return out
+
+
+APIS = pytest.mark.parametrize("api", ["chat", "responses"])
+
+
+@APIS
+def test_invalid_argument_reaches_the_model_as_four_part_text(
+        api: str, stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
+    """A wrongly named parameter is answered with the four-part text; the body never runs."""
+    final = _run(api, stub_server, canned, tools.guard,
+                 [[("get_weather", {"town": "Oslo"}, "call_bad")], "I need a city."])
+    assert final == "I need a city."
+    sent = _sent(api, stub_server)
+    assert sent[0] == []
+    [(call_id, text)] = sent[1]
+    assert call_id == "call_bad"
+    lines = text.splitlines()
+    assert lines[0] == "get_weather failed (code: invalid_argument)."
+    assert lines[1].startswith("Reason: city is required")
+    assert lines[2] == 'Rejected arguments: {"town": "Oslo"}.'
+    assert lines[3] == "Effect: none. Retrying the same call will not help."
+    assert lines[4].startswith("Next action: call get_weather")
+    assert "get_weather" not in tools.runs
+
+
+@APIS
+def test_transient_failure_is_retried_inside_the_wrapper(
+        api: str, stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
+    """A dropped connection is retried by the guard; the model only ever sees the success."""
+    _run(api, stub_server, canned, tools.guard,
+         [[("flaky_forecast", {"city": "Oslo"}, "call_1")], "Rain in Oslo."])
+    assert tools.runs["flaky_forecast"] == 2
+    [(call_id, text)] = _sent(api, stub_server)[1]
+    assert call_id == "call_1"
+    assert json.loads(text) == {"city": "Oslo", "forecast": "rain"}
+
+
+@APIS
+def test_identical_failing_calls_end_in_the_terminal_message(
+        api: str, stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
+    """Repeating one failing call ends in the terminal stop; the body runs only up to the cap."""
+    repeat = [("find_city", {"name": "Atlantis"})]
+    _run(api, stub_server, canned, tools.guard, [repeat, repeat, repeat, repeat, "I give up."])
+    texts = [text for turn in _sent(api, stub_server) for _, text in turn]
+    assert len(texts) == 4
+    assert texts[0].startswith("find_city failed (code: not_found).")
+    assert TERMINAL not in texts[0]
+    for text in texts[1:]:
+        assert text.startswith("find_city failed 2 times with identical arguments")
+        assert TERMINAL in text
+    assert tools.runs["find_city"] == 2
+    assert stub_server.unexpected == []
+
+
+@APIS
+def test_success_and_tool_definitions_on_the_wire(
+        api: str, stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
+    """A good call returns the tool's value; the tool list the client sent is the guard's."""
+    final = _run(api, stub_server, canned, tools.guard,
+                 [[("get_weather", {"city": "Oslo"}, "call_ok")], "Sunny."])
+    assert final == "Sunny."
+    assert _sent(api, stub_server)[1] == [("call_ok", "sunny in Oslo")]
+    sent_tools = stub_server.bodies()[0]["tools"]
+    by_name = {(t.get("function") or t)["name"]: t for t in sent_tools}
+    assert set(by_name) == {"get_weather", "flaky_forecast", "find_city"}
+    weather = by_name["get_weather"]
+    schema = tools.guard.tools["get_weather"].schema
+    if api == "chat":
+        assert weather == {"type": "function", "function": {
+            "name": "get_weather", "description": "Current weather for a city.",
+            "parameters": schema}}
+    else:
+        assert weather == {"type": "function", "name": "get_weather",
+                           "description": "Current weather for a city.",
+                           "parameters": schema, "strict": False}
+
+
+class InFlight:
+    """Counts tool bodies running at once, to prove a turn's calls overlap."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    async def hold(self) -> None:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            self.now -= 1
+
+
+def _parallel_guard(guard: Guard, flight: InFlight) -> Guard:
+    @guard.tool
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        await flight.hold()
+        return f"value of {key}"
+
+    return guard
+
+
+@APIS
+async def test_parallel_calls_of_one_turn_run_concurrently_in_order(
+        api: str, stub_server: Any, canned: SimpleNamespace, fast_guard: Guard) -> None:
+    """The async twins run one turn's calls at the same time and answer them in call order."""
+    flight = InFlight()
+    guard = _parallel_guard(fast_guard, flight)
+    step = [("lookup", {"key": "a"}, "call_a"), ("lookup", {"key": "b"}, "call_b"),
+            ("lookup", {"nope": 1}, "call_c")]
+    client = openai.AsyncOpenAI(base_url=f"{stub_server.url}/v1", api_key="test",
+                                max_retries=0)
+    if api == "chat":
+        stub_server.add(CHAT, canned.chat(step), canned.chat("done", 1))
+        reply = await client.chat.completions.create(
+            model="gpt-x", messages=[{"role": "user", "content": "hi"}], tools=chat_tools(guard))
+        message = reply.choices[0].message
+        outputs: list[Any] = await arun_chat_tool_calls(guard, message)
+        await client.chat.completions.create(
+            model="gpt-x", tools=chat_tools(guard),
+            messages=[{"role": "user", "content": "hi"}, message.model_dump(exclude_none=True),
+                      *outputs])
+    else:
+        stub_server.add(RESPONSES, canned.response(step), canned.response("done", 1))
+        reply = await client.responses.create(model="gpt-x", input="hi",
+                                              tools=responses_tools(guard))
+        outputs = await arun_response_function_calls(guard, reply)
+        await client.responses.create(model="gpt-x", input=outputs, previous_response_id=reply.id,
+                                      tools=responses_tools(guard))
+    await client.close()
+    assert flight.peak == 2
+    sent = _sent(api, stub_server)[1]
+    assert [cid for cid, _ in sent] == ["call_a", "call_b", "call_c"]
+    assert [text for _, text in sent[:2]] == ["value of a", "value of b"]
+    assert sent[2][1].startswith("lookup failed (code: invalid_argument).")
+
+
+def test_chat_accepts_completions_dicts_and_tool_call_lists(tools: Tools) -> None:
+    """A completion, its message, a dict message and a bare list all get the same answers."""
+    message = openai.types.chat.ChatCompletion.model_validate(
+        {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}}]})
+    expected = [{"role": "tool", "tool_call_id": "call_1", "content": "sunny in Oslo"}]
+    as_dict = message.choices[0].message.model_dump()
+    for form in (message, message.choices[0].message, as_dict, as_dict["tool_calls"]):
+        assert run_chat_tool_calls(tools.guard, form) == expected
+    [no_id] = run_chat_tool_calls(tools.guard, [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "{}"}}])
+    assert no_id["tool_call_id"] not in ("", "None")
+    assert run_chat_tool_calls(tools.guard, {"role": "assistant", "content": "hi"}) == []
+    assert run_chat_tool_calls(tools.guard, None) == []
+
+
+def test_every_chat_tool_call_is_answered_even_custom_ones(tools: Tools) -> None:
+    """A free-form custom tool call the guard does not know still gets an answer with its id."""
+    [answer] = run_chat_tool_calls(tools.guard, [
+        {"id": "call_x", "type": "custom", "custom": {"name": "shell", "input": "ls -la"}}])
+    assert answer["tool_call_id"] == "call_x"
+    assert str(answer["content"]).startswith("shell failed (code: ")
+
+
+def test_responses_skips_non_call_items_and_accepts_dicts(tools: Tools) -> None:
+    """Only ``function_call`` items are run; reasoning and message items are passed over."""
+    items = [{"type": "reasoning", "id": "rs_1", "summary": []},
+             {"type": "function_call", "call_id": "call_9", "name": "get_weather",
+              "arguments": '{"city": "Rome"}'}]
+    expected = [{"type": "function_call_output", "call_id": "call_9", "output": "sunny in Rome"}]
+    assert run_response_function_calls(tools.guard, items) == expected
+    assert run_response_function_calls(tools.guard, {"output": items}) == expected
+    assert run_response_function_calls(tools.guard, None) == []
