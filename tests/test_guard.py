@@ -650,3 +650,16 @@ def test_three_tuple_without_id_gets_a_generated_id() -> None:
     guard, _ = make_guard()
     (result,) = guard.run_tool_calls([("search_flights", {**BAD, "max_price": 5}, None)])
     assert result.call_id != "None"
+
+
+def test_scoped_guard_counts_separately_but_shares_tools() -> None:
+    """A scoped guard shares the registry and store but has its own task counters."""
+    guard, calls = make_guard()
+    other = guard.scoped("session-2")
+    for _ in range(3):
+        guard.call("search_flights", BAD)
+    assert guard.call("search_flights", BAD).blocked
+    first = other.call("search_flights", BAD)
+    assert not first.terminal and not first.blocked
+    assert other.task_id == "session-2" and guard.task_id == "default"
+    assert calls["search_flights"] == 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import difflib
 import inspect
 import itertools
@@ -261,6 +262,15 @@ class Guard:
         """Switch to another task: budgets, ledger and incidents are scoped per task."""
         self.task_id = task_id
         self._turn = 0
+
+    def scoped(self, task_id: str) -> Guard:
+        """A guard sharing this one's tools, store, catalog, secrets, observers and worker
+        pool, counting under its own task id and turn (one per MCP session or worker)."""
+        self._pool()
+        forked = copy.copy(self)
+        forked.task_id = task_id
+        forked._turn = 0
+        return forked
 
     @property
     def incidents(self) -> list[Incident]:
