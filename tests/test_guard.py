@@ -663,3 +663,15 @@ def test_scoped_guard_counts_separately_but_shares_tools() -> None:
     assert not first.terminal and not first.blocked
     assert other.task_id == "session-2" and guard.task_id == "default"
     assert calls["search_flights"] == 4
+
+
+def test_parameter_named_in_reason_needs_a_whole_word() -> None:
+    """A one-letter argument is not "named" by every reason that contains that letter."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def pair(a: int, b: int) -> int:
+        raise ToolError("invalid_argument", "the values do not match")
+
+    text = guard.call("pair", {"a": 1, "b": 2}).text
+    assert "with the rejected argument corrected" in text

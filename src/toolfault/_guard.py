@@ -979,7 +979,7 @@ class Guard:
             keys += [k for k in call.spec.params if k not in keys]
         lowered = reason.lower()
         for key in keys:
-            if key in reason:
+            if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", reason):
                 return key
         for key in keys:
             if re.search(rf"\b{re.escape(key.lower().replace('_', ' '))}\b", lowered):
