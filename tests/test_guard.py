@@ -675,3 +675,19 @@ def test_parameter_named_in_reason_needs_a_whole_word() -> None:
 
     text = guard.call("pair", {"a": 1, "b": 2}).text
     assert "with the rejected argument corrected" in text
+
+
+def test_5xx_on_a_side_effect_is_unknown_but_503_is_not() -> None:
+    """A 504 after a side-effecting request may have landed; a 503 says it was not served."""
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+    ran = {"n": 0}
+
+    @guard.tool(side_effect=True)
+    def charge(amount: int) -> str:
+        ran["n"] += 1
+        raise _http_error(504 if amount == 1 else 503)
+
+    gateway = guard.call("charge", {"amount": 1})
+    assert gateway.outcome is Outcome.UNKNOWN and gateway.attempts == 1
+    unavailable = guard.call("charge", {"amount": 2})
+    assert unavailable.outcome is Outcome.NO_EFFECT and unavailable.attempts == 3

@@ -113,7 +113,11 @@ def from_exception(
         reason = f"the service behind {tool} answered HTTP {status}"
         if status == 429:
             reason = f"the service behind {tool} is rate limiting requests (HTTP 429)"
-        return from_entry(by_status, reason, retry_after=retry_after, cause=exc)
+        # A 5xx after a side-effecting request may have landed (503 and 429 say "not now").
+        outcome = (Outcome.UNKNOWN if side_effect and status >= 500 and status != 503
+                   else by_status.outcome)
+        return from_entry(by_status, reason, retry_after=retry_after, cause=exc,
+                          outcome=outcome)
     mapped = catalog.for_exception(exc)
     if mapped is None:
         return from_entry(catalog.get("internal_error"),
