@@ -691,3 +691,22 @@ def test_5xx_on_a_side_effect_is_unknown_but_503_is_not() -> None:
     assert gateway.outcome is Outcome.UNKNOWN and gateway.attempts == 1
     unavailable = guard.call("charge", {"amount": 2})
     assert unavailable.outcome is Outcome.NO_EFFECT and unavailable.attempts == 3
+
+
+def test_fast_success_path_matches_the_general_path() -> None:
+    """A first-attempt success reports the same fingerprint and redacted event either way."""
+    from toolfault import fingerprint
+
+    events: list[Any] = []
+    fast = Guard(observers=[events.append], scan_env_secrets=False)
+    slow = Guard(observers=[events.append], limits=Limits(max_calls_per_turn=100),
+                 scan_env_secrets=False)
+    for guard in (fast, slow):
+        guard.tool(name="login")(lambda user, password: f"hi {user}")
+    args = {"user": "ada", "password": "pw-123456"}
+    a, b = fast.call("login", args), slow.call("login", args)
+    assert (a.text, a.ok, a.attempts) == (b.text, b.ok, b.attempts)
+    assert a.fingerprint == b.fingerprint == fingerprint("login", args)
+    assert events[0].fingerprint == events[1].fingerprint == a.fingerprint
+    assert events[0].args == events[1].args == {"user": "ada", "password": "[REDACTED]"}
+    assert events[0].to_dict()["type"] == "call"

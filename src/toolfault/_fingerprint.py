@@ -97,6 +97,22 @@ def compile_normalizers(spec: NormalizeSpec | None) -> dict[str, tuple[Normalize
 
 
 def _canonical(value: Any) -> Any:
+    kind = type(value)  # exact types first: no ABC checks on the common path
+    if kind is str:
+        return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize(
+            "NFC", value
+        )
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return int(value) if value.is_integer() else value
+    if kind is dict:
+        return {
+            (k if type(k) is str and unicodedata.is_normalized("NFC", k) else _canonical(str(k))):
+            _canonical(v) for k, v in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [_canonical(v) for v in value]
     if isinstance(value, str):
         return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize(
             "NFC", value

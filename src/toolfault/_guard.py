@@ -331,6 +331,11 @@ class Guard:
     # -- the call ------------------------------------------------------------------------
     def call(self, name: str, args: Any = None, *, call_id: str | None = None) -> ToolResult:
         """Run one tool call (dict or raw JSON string arguments); never raises."""
+        spec = self._tools.get(name) if type(name) is str else None
+        if spec is not None and spec.plain and type(args) is dict and self._fast_ready():
+            fast = self._fast_call(spec, args, call_id)
+            if fast is not None:
+                return fast
         call = _Call(None, str(name), args, call_id or f"call_{next(_ids)}", time.monotonic())
         try:
             early = self._prepare(call)
@@ -340,9 +345,89 @@ class Guard:
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
-            return self._emit(call, self._crash(call, exc))
+            return self._safe_emit(call, self._crash(call, exc))
         finally:
-            self._release(call)
+            if call.held:
+                self._release(call)
+
+    def _fast_ready(self) -> bool:
+        """No budgets, local state, enforce mode, and no failure yet in this turn."""
+        return (
+            self._clean_turn_known and self.mode == "enforce"
+            and self.limits.max_calls_per_turn is None and self.limits.max_spend_per_task is None
+            and not self._store.degraded
+            and not self._store.primary.has_failures(self.task_id, self._turn)  # type: ignore[attr-defined]
+        )
+
+    def _fast_call(self, spec: ToolSpec, args: dict[str, Any], call_id: str | None
+                   ) -> ToolResult | None:
+        """The common case in one frame: valid flat arguments, a plain sync tool, a clean turn.
+
+        Anything unusual (a validation problem, an exception, a returned error, an observer)
+        hands over to the general path with the same state, so behaviour is identical.
+        ``None`` means "not taken, nothing happened".
+        """
+        if not _flat_simple(args):
+            return None
+        kwargs, problems = spec.validator.validate(args)
+        if problems:
+            return None
+        started = time.monotonic()
+        cid = call_id or f"call_{next(_ids)}"
+        try:
+            value = spec.fn(**kwargs)
+        except Exception as exc:
+            return self._fast_fallback(spec, args, kwargs, cid, started, exc=exc)
+        except BaseException:
+            raise
+        try:
+            detector = spec.error_result
+            if detector is not None and detector(value):
+                return self._fast_fallback(spec, args, kwargs, cid, started, value=_Value(value))
+            text, data = self._success_text(value)
+        except Exception:
+            return self._fast_fallback(spec, args, kwargs, cid, started, value=_Value(value))
+        lazy_fp = _LazyFingerprint(spec, args)
+        result = ToolResult(spec.name, True, text, data, 1, cid, None, lazy_fp)
+        if self._observers and not _trace.tracing_active():
+            redact = self.redactor.value
+            try:
+                _trace.safe_notify(self._observers, _trace.CallEvent._success(
+                    spec.name, cid, self.task_id, self._turn, lazy_fp, self.mode,
+                    lambda: redact(args), time.monotonic() - started, time.time(),
+                ))
+            except Exception:  # noqa: BLE001 - observing must never break the call
+                pass
+            return result
+        if self._observers or _trace.tracing_active():
+            call = _Call(spec, spec.name, args, cid, started)
+            call.kwargs, call.attempts, call.dispatched = kwargs, 1, True
+            call.key = CallKey(self.task_id, self._turn, "")
+            return self._safe_emit(call, result)
+        return result
+
+    def _fast_fallback(self, spec: ToolSpec, args: dict[str, Any], kwargs: dict[str, Any],
+                       cid: str, started: float, *, exc: Exception | None = None,
+                       value: _Value | None = None) -> ToolResult:
+        """Continue a fast call on the general path after its first attempt."""
+        call = _Call(spec, spec.name, args, cid, started)
+        call.kwargs, call.attempts, call.dispatched = kwargs, 1, True
+        call.key = CallKey(self.task_id, self._turn, "")
+        try:
+            done: _Value | Failure
+            if exc is not None:
+                try:
+                    done = self._after_exception_sync(call, exc)
+                except _Retry as retry:
+                    done = self._retry_loop_sync(call, retry)
+            else:
+                assert value is not None
+                done = self._outcome_of(call, value.value) or value
+            return self._emit(call, self._finish(call, done))
+        except BaseException as crash:
+            if isinstance(crash, (KeyboardInterrupt, SystemExit)):
+                raise
+            return self._safe_emit(call, self._crash(call, crash))
 
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:
@@ -450,6 +535,10 @@ class Guard:
             if problem is not None:
                 return self._fail_unscoped(call, "invalid_argument", problem)
         call.key = CallKey(self.task_id, self._turn, call.fp)
+        if not call.fp and self.limits.max_calls_per_turn is None and \
+                self.limits.max_spend_per_task is None:
+            # A clean turn and no budgets: nothing the store could say would stop this call.
+            return self._validate(call, spec, args)
         try:
             call.admission = self._store.admit(
                 call.key, cost=spec.cost, max_calls=self.limits.max_calls_per_turn,
@@ -468,6 +557,9 @@ class Guard:
             if self.mode == "enforce":
                 return self._blocked(call, adm)
             call.shadow["would_block"] = True
+        return self._validate(call, spec, args)
+
+    def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
         kwargs, problems = spec.validator.validate(args)
         if problems and self.mode == "observe":
             call.shadow["would_reject"] = problems[0].reason
@@ -815,14 +907,18 @@ class Guard:
         try:
             value = self._invoke_sync(call)
         except Exception as exc:
-            failure = self._classify(call, exc)
-            if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
-                    and self.mode == "enforce":
-                failure = self._verified(failure, self._run_postcondition_sync(call), call)
-            if self._should_retry_failure(failure):
-                raise _Retry(failure) from exc
-            return failure
+            return self._after_exception_sync(call, exc)
         return self._outcome_of(call, value) or _Value(value)
+
+    def _after_exception_sync(self, call: _Call, exc: Exception) -> Failure:
+        """Classify, verify an uncertain effect, and ask for a retry when it is transient."""
+        failure = self._classify(call, exc)
+        if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
+                and self.mode == "enforce":
+            failure = self._verified(failure, self._run_postcondition_sync(call), call)
+        if self._should_retry_failure(failure):
+            raise _Retry(failure) from exc
+        return failure
 
     async def _attempt_async(self, call: _Call) -> Any | Failure:
         try:
@@ -863,18 +959,23 @@ class Guard:
 
     def _dispatch_sync(self, call: _Call) -> _Value | Failure:
         try:
-            first = self._attempt_sync(call)
+            first: _Value | Failure = self._attempt_sync(call)
         except _Retry as retry:
-            try:
-                for attempt in Retrying(sleep=self._sleep, **self._retrying_kwargs()):
-                    with attempt:
-                        if attempt.retry_state.attempt_number == 1:
-                            self._sleep(self._wait_first(retry.failure))
-                        return self._attempt_sync(call)
-            except _Retry as exhausted:
-                return exhausted.failure
-            return retry.failure
+            return self._retry_loop_sync(call, retry)
         return first
+
+    def _retry_loop_sync(self, call: _Call, retry: _Retry) -> _Value | Failure:
+        """Further attempts of a transient failure, waiting with tenacity between them."""
+        try:
+            for attempt in Retrying(sleep=self._sleep, **self._retrying_kwargs()):
+                with attempt:
+                    if attempt.retry_state.attempt_number == 1:
+                        self._sleep(self._wait_first(retry.failure))
+                    done: _Value | Failure = self._attempt_sync(call)
+                    return done
+        except _Retry as exhausted:
+            return exhausted.failure
+        return retry.failure
 
     async def _dispatch_async(self, call: _Call) -> _Value | Failure:
         try:
@@ -1178,13 +1279,15 @@ class Guard:
             return result
         event = _trace.CallEvent(
             tool=result.tool, call_id=result.call_id, task=self.task_id, turn=self._turn,
-            fingerprint=result.fingerprint, ok=result.ok, code=result.code,
+            fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
             outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
             attempts=result.attempts, dispatched=call.dispatched,
             error_tokens=0 if result.ok else count_tokens(result.text), mode=self.mode,
-            args=self.redactor.value(call.args) if isinstance(call.args, dict) else None,
+            args=(lambda: self.redactor.value(call.args)) if isinstance(call.args, dict)
+            else None,
             side_effect=bool(call.spec and call.spec.side_effect),
-            duration_s=time.monotonic() - call.started, shadow=dict(call.shadow),
+            duration_s=time.monotonic() - call.started,
+            shadow=dict(call.shadow) if call.shadow else None,
             at=time.time(),
         )
         if _trace.tracing_active():
@@ -1203,6 +1306,18 @@ class Guard:
 @dataclass(frozen=True, slots=True)
 class _Value:
     value: Any
+
+
+class _LazyFingerprint:
+    """Computes a result's fingerprint only if someone asks (ToolResult resolves callables)."""
+
+    __slots__ = ("args", "spec")
+
+    def __init__(self, spec: ToolSpec, args: dict[str, Any]) -> None:
+        self.spec, self.args = spec, args
+
+    def __call__(self) -> str:
+        return fingerprint(self.spec.name, self.args, self.spec.normalizers)
 
 
 _SIMPLE = (int, bool, type(None))

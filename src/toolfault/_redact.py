@@ -8,6 +8,7 @@ argument names, and it replaces file paths, hosts and addresses with neutral wor
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -34,6 +35,15 @@ _ANY_SECRET = re.compile(
     "(?=[sAaBbgxe-]|[tTpP])(?:" + "|".join(f"(?:{p.pattern})" for p in SECRET_PATTERNS) + ")"
 )
 
+def _may_hold_secret(text: str) -> bool:
+    """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
+    return (
+        "sk-" in text or "AKIA" in text or "ASIA" in text or "eyJ" in text or "=" in text
+        or "xox" in text or "-----BEGIN" in text or "hp_" in text or "ho_" in text
+        or "hu_" in text or "hs_" in text or "hr_" in text or "bearer" in text.lower()
+    )
+
+
 #: Internal identifiers that say nothing useful to a model: paths, URLs with hosts, addresses.
 INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b[a-z][a-z0-9+.\-]*://[^\s'\"<>]+"), "[url]"),
@@ -55,6 +65,9 @@ _SECRET_ENV_RE = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|A
 def is_secret_key(name: str) -> bool:
     """Whether an argument or header name conventionally holds a secret."""
     return bool(_SECRET_KEY_RE.search(name))
+
+
+_is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
 
 
 class Redactor:
@@ -85,7 +98,7 @@ class Redactor:
         """Replace secret values and credential shapes in ``text``."""
         if self._secrets_re is not None:
             text = self._secrets_re.sub(REDACTED, text)
-        return _ANY_SECRET.sub(REDACTED, text)
+        return _ANY_SECRET.sub(REDACTED, text) if _may_hold_secret(text) else text
 
     def prose(self, text: str, *, allow: Iterable[str] = ()) -> str:
         """Redact secrets, then paths, URLs, hosts and addresses: for reasons and next actions.
@@ -105,7 +118,14 @@ class Redactor:
 
     def value(self, value: Any, *, key: str | None = None, _depth: int = 0) -> Any:
         """A copy of a JSON-like value with secrets removed (key order kept)."""
-        if key is not None and is_secret_key(key) and isinstance(value, (str, int, float)):
+        kind = type(value)
+        if key is not None and kind in (str, int, float) and _is_secret_key(key):
+            return REDACTED
+        if kind is str:
+            return self.secrets(value)
+        if kind is int or kind is bool or value is None:
+            return value
+        if key is not None and isinstance(value, (str, int, float)) and _is_secret_key(key):
             return REDACTED
         if isinstance(value, str):
             return self.secrets(value)

@@ -111,6 +111,12 @@ class ToolSpec:
     explicit_schema: bool = False
 
     @property
+    def plain(self) -> bool:
+        """A sync, side-effect-free tool without timeout or context: eligible for the fast path."""
+        return not (self.side_effect or self.is_async or self.timeout is not None
+                    or self.context_param is not None)
+
+    @property
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of the tool's parameters (what adapters publish)."""
         return self.validator.schema

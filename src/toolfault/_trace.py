@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -22,33 +21,91 @@ from toolfault._errors import Outcome
 TRACER_NAME = "toolfault"
 
 
-@dataclass(frozen=True, slots=True)
-class CallEvent:
-    """One guarded call, as observers and the JSONL trace see it (already redacted)."""
+_FIELDS = (
+    "tool", "call_id", "task", "turn", "fingerprint", "ok", "code", "outcome", "terminal",
+    "blocked", "attempts", "dispatched", "error_tokens", "mode", "args", "side_effect",
+    "duration_s", "shadow", "at",
+)
 
-    tool: str
-    call_id: str
-    task: str
-    turn: int
-    fingerprint: str
-    ok: bool
-    code: str | None
-    outcome: Outcome
-    terminal: bool
-    blocked: bool
-    attempts: int
-    dispatched: bool
-    error_tokens: int
-    mode: str
-    args: Any = None
-    side_effect: bool = False
-    duration_s: float = 0.0
-    shadow: dict[str, Any] = field(default_factory=dict)
-    at: float = 0.0
+
+class CallEvent:
+    """One guarded call, as observers and the JSONL trace see it (already redacted).
+
+    Read-only.  ``fingerprint`` and ``args`` may be given as zero-argument callables: they are
+    resolved on first read, so an observer that only counts calls costs almost nothing.
+    """
+
+    __slots__ = tuple(f"_{name}" for name in _FIELDS)
+
+    def __init__(
+        self, *, tool: str, call_id: str, task: str, turn: int,
+        fingerprint: str | Callable[[], str], ok: bool, code: str | None, outcome: Outcome,
+        terminal: bool, blocked: bool, attempts: int, dispatched: bool, error_tokens: int,
+        mode: str, args: Any = None, side_effect: bool = False, duration_s: float = 0.0,
+        shadow: dict[str, Any] | None = None, at: float = 0.0,
+    ) -> None:
+        # Public names are setter-less properties, so the event is read-only from outside.
+        self._tool, self._call_id, self._task, self._turn = tool, call_id, task, turn
+        self._fingerprint, self._ok, self._code, self._outcome = fingerprint, ok, code, outcome
+        self._terminal, self._blocked, self._attempts = terminal, blocked, attempts
+        self._dispatched, self._error_tokens, self._mode = dispatched, error_tokens, mode
+        self._args, self._side_effect, self._duration_s = args, side_effect, duration_s
+        self._shadow = shadow if shadow is not None else {}
+        self._at = at
+
+    @classmethod
+    def _success(cls, tool: str, call_id: str, task: str, turn: int, fingerprint: Any,
+                 mode: str, args: Any, duration_s: float, at: float) -> CallEvent:
+        """A first-attempt success, built without keyword binding (the guard's hot path)."""
+        event = cls.__new__(cls)
+        event._tool, event._call_id, event._task, event._turn = tool, call_id, task, turn
+        event._fingerprint, event._ok, event._code = fingerprint, True, None
+        event._outcome, event._terminal, event._blocked = Outcome.NO_EFFECT, False, False
+        event._attempts, event._dispatched, event._error_tokens = 1, True, 0
+        event._mode, event._args, event._side_effect = mode, args, False
+        event._duration_s, event._shadow, event._at = duration_s, {}, at
+        return event
+
+    def _lazy(self, name: str) -> Any:
+        value = getattr(self, f"_{name}")
+        if callable(value):
+            value = value()
+            setattr(self, f"_{name}", value)
+        return value
+
+    tool = property(lambda self: self._tool)
+    call_id = property(lambda self: self._call_id)
+    task = property(lambda self: self._task)
+    turn = property(lambda self: self._turn)
+    ok = property(lambda self: self._ok)
+    code = property(lambda self: self._code)
+    outcome = property(lambda self: self._outcome)
+    terminal = property(lambda self: self._terminal)
+    blocked = property(lambda self: self._blocked)
+    attempts = property(lambda self: self._attempts)
+    dispatched = property(lambda self: self._dispatched)
+    error_tokens = property(lambda self: self._error_tokens)
+    mode = property(lambda self: self._mode)
+    side_effect = property(lambda self: self._side_effect)
+    duration_s = property(lambda self: self._duration_s)
+    shadow = property(lambda self: self._shadow)
+    at = property(lambda self: self._at)
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self._lazy("fingerprint"))
+
+    @property
+    def args(self) -> Any:
+        return self._lazy("args")
+
+    def __repr__(self) -> str:
+        return f"CallEvent(tool={self.tool!r}, ok={self.ok!r}, code={self.code!r})"
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {name: getattr(self, name) for name in _FIELDS}
         out["outcome"] = self.outcome.value
+        out["shadow"] = dict(self.shadow)
         out["type"] = "call"
         return out
 
