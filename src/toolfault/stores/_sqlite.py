@@ -1,0 +1,280 @@
+"""An embedded, durable store: one SQLite file shared by the threads and processes of a host.
+
+Why SQLite: a ledger entry written before a side-effecting call must still be there after
+the process is killed mid-call, without running a server.  WAL journaling lets readers run
+beside the single writer; every write step is one ``BEGIN IMMEDIATE`` transaction, so
+:meth:`SQLiteStore.admit` is atomic across processes exactly as ``MemoryStore.admit`` is
+within one.  Each thread gets its own connection (``sqlite3`` connections must not be shared
+between concurrent threads); a forked child opens fresh ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Literal
+
+from toolfault._records import Incident, LedgerEntry
+from toolfault._state import Admission, CallKey
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS failures (
+    task TEXT NOT NULL, turn INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+    count INTEGER NOT NULL, code TEXT NOT NULL, "limit" INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    PRIMARY KEY (task, turn, fingerprint)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS calls (
+    task TEXT NOT NULL, turn INTEGER NOT NULL, count INTEGER NOT NULL, updated REAL NOT NULL,
+    PRIMARY KEY (task, turn)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spend (
+    task TEXT PRIMARY KEY, amount REAL NOT NULL, updated REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS held (
+    task TEXT NOT NULL, token TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (task, token)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task TEXT NOT NULL, call_id TEXT NOT NULL, at REAL NOT NULL, data TEXT NOT NULL,
+    updated REAL NOT NULL,
+    UNIQUE (task, call_id)
+);
+CREATE INDEX IF NOT EXISTS ledger_by_task ON ledger (task, at, seq);
+CREATE TABLE IF NOT EXISTS incidents (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task TEXT NOT NULL, data TEXT NOT NULL, updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS incidents_by_task ON incidents (task, seq);
+"""
+
+_PRUNE = (
+    "DELETE FROM failures WHERE updated < ?1",
+    "DELETE FROM calls WHERE updated < ?1",
+    "DELETE FROM spend WHERE updated < ?1",
+    "DELETE FROM ledger WHERE updated < ?1",
+    "DELETE FROM incidents WHERE updated < ?1",
+)
+
+
+class SQLiteStore:
+    """Counters, budgets, idempotency keys and the effect ledger in one SQLite file.
+
+    ``synchronous="NORMAL"`` (the default) survives a killed process (``kill -9``): a commit
+    is in the OS before the call returns.  ``"FULL"`` also survives power loss, at the price
+    of an fsync per write.  Rows untouched for ``ttl_seconds`` are pruned (``None`` keeps
+    them forever); wall-clock time is used because the file outlives any one process.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl_seconds: float | None = 86400.0,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            from toolfault._errors import ConfigurationError
+
+            raise ConfigurationError("synchronous must be 'NORMAL' or 'FULL'")
+        self.path = Path(path)
+        self.ttl_seconds = ttl_seconds
+        self._synchronous = synchronous
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+        self._next_prune = 0.0
+        self._connect().executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        self._prune()
+
+    # -- connections ------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self._closed:
+            raise sqlite3.ProgrammingError("the store is closed")
+        if os.getpid() != self._pid:  # forked: the parent's connections are not ours to use
+            with self._lock:
+                self._pid = os.getpid()
+                self._connections = []
+            self._local = threading.local()
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None:
+            return db
+        db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
+                             check_same_thread=False)
+        db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        self._set_wal(db)
+        db.execute(f"PRAGMA synchronous = {self._synchronous}")
+        self._local.db = db
+        with self._lock:
+            self._connections.append(db)
+        return db
+
+    def _set_wal(self, db: sqlite3.Connection) -> None:
+        # Switching to WAL briefly needs the file to itself; another process opening the
+        # same file at the same moment answers "database is locked" without waiting.
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken up front so concurrent writers queue, not deadlock."""
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _prune(self) -> None:
+        now = time.time()
+        if self.ttl_seconds is None or now < self._next_prune:
+            return
+        self._next_prune = now + min(60.0, self.ttl_seconds / 10)
+        cutoff = now - self.ttl_seconds
+        with self._write() as db:
+            for sql in _PRUNE:
+                db.execute(sql, (cutoff,))
+            db.execute("DELETE FROM held WHERE expires < ?", (now,))
+
+    # -- the hot path -----------------------------------------------------------------
+    def admit(
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+    ) -> Admission:
+        self._prune()
+        now = time.time()
+        with self._write() as db:
+            row = db.execute(
+                'SELECT count, code, "limit" FROM failures '
+                "WHERE task = ? AND turn = ? AND fingerprint = ?",
+                (key.task, key.turn, key.fingerprint),
+            ).fetchone()
+            found = db.execute("SELECT count FROM calls WHERE task = ? AND turn = ?",
+                               (key.task, key.turn)).fetchone()
+            money = db.execute("SELECT amount FROM spend WHERE task = ?",
+                               (key.task,)).fetchone()
+            failures, code = (int(row[0]), str(row[1])) if row else (0, None)
+            calls = (int(found[0]) if found else 0) + 1
+            spend = float(money[0]) if money else 0.0
+            if max_calls is not None and calls > max_calls:
+                return Admission(failures, code, False, calls - 1, spend, "calls_per_turn")
+            db.execute(
+                "INSERT INTO calls (task, turn, count, updated) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (task, turn) DO UPDATE SET count = excluded.count, "
+                "updated = excluded.updated",
+                (key.task, key.turn, calls, now),
+            )
+            if row is not None and failures >= int(row[2]):
+                return Admission(failures, code, True, calls, spend)
+            if max_spend is not None and spend + cost > max_spend + 1e-12:
+                return Admission(failures, code, False, calls, spend, "spend_per_task")
+            if cost:
+                spend += cost
+                db.execute(
+                    "INSERT INTO spend (task, amount, updated) VALUES (?, ?, ?) "
+                    "ON CONFLICT (task) DO UPDATE SET amount = excluded.amount, "
+                    "updated = excluded.updated",
+                    (key.task, spend, now),
+                )
+            return Admission(failures, code, False, calls, spend)
+
+    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
+        with self._write() as db:
+            row = db.execute(
+                'INSERT INTO failures (task, turn, fingerprint, count, code, "limit", updated) '
+                "VALUES (?, ?, ?, 1, ?, ?, ?) "
+                "ON CONFLICT (task, turn, fingerprint) DO UPDATE SET count = count + 1, "
+                'code = excluded.code, "limit" = excluded."limit", updated = excluded.updated '
+                "RETURNING count",
+                (key.task, key.turn, key.fingerprint, code, limit, time.time()),
+            ).fetchone()
+            return int(row[0])
+
+    def clear_failures(self, key: CallKey) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM failures WHERE task = ? AND turn = ? AND fingerprint = ?",
+                       (key.task, key.turn, key.fingerprint))
+
+    def refund(self, task: str, cost: float) -> None:
+        if not cost:
+            return
+        with self._write() as db:
+            db.execute("UPDATE spend SET amount = max(0.0, amount - ?), updated = ? "
+                       "WHERE task = ?", (cost, time.time(), task))
+
+    # -- idempotency keys -------------------------------------------------------------
+    def acquire(self, task: str, token: str, ttl: float) -> bool:
+        now = time.time()
+        with self._write() as db:
+            row = db.execute(
+                "INSERT INTO held (task, token, expires) VALUES (?, ?, ?) "
+                "ON CONFLICT (task, token) DO UPDATE SET expires = excluded.expires "
+                "WHERE held.expires <= ? RETURNING expires",
+                (task, token, now + ttl, now),
+            ).fetchone()
+            return row is not None
+
+    def release(self, task: str, token: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM held WHERE task = ? AND token = ?", (task, token))
+
+    # -- ledger and incidents ---------------------------------------------------------
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        data = json.dumps(entry.to_dict(), separators=(",", ":"), default=str)
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO ledger (task, call_id, at, data, updated) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (task, call_id) DO UPDATE SET at = excluded.at, "
+                "data = excluded.data, updated = excluded.updated",
+                (entry.task, entry.call_id, entry.at, data, time.time()),
+            )
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        rows = self._connect().execute(
+            "SELECT data FROM ledger WHERE task = ? ORDER BY at, seq", (task,)
+        ).fetchall()
+        return [LedgerEntry.from_dict(json.loads(row[0])) for row in rows]
+
+    def add_incident(self, incident: Incident) -> None:
+        data = json.dumps(incident.to_dict(), separators=(",", ":"), default=str)
+        with self._write() as db:
+            db.execute("INSERT INTO incidents (task, data, updated) VALUES (?, ?, ?)",
+                       (incident.task, data, time.time()))
+
+    def incidents(self, task: str) -> list[Incident]:
+        rows = self._connect().execute(
+            "SELECT data FROM incidents WHERE task = ? ORDER BY seq", (task,)
+        ).fetchall()
+        return [Incident.from_dict(json.loads(row[0])) for row in rows]
+
+    def close(self) -> None:
+        """Close every thread's connection; later calls raise (the guard then degrades)."""
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for db in connections:
+            with suppress(sqlite3.Error):
+                db.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"

@@ -1,0 +1,78 @@
+"""Start and stop a real ``redis-server`` for the store tests (a helper, not a test module).
+
+Kept out of ``conftest.py`` so test modules can import it by a name no other directory's
+conftest shadows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class RedisServer:
+    """One redis-server child process on a loopback port."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _redis_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (apt-get install -y redis-server)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
+
+
+def _ready(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def start_redis() -> RedisServer:
+    """Start redis-server on a free port and wait until it answers PING."""
+    binary = _redis_binary()
+    for _ in range(5):
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _ready(port):
+                return RedisServer(proc, port)
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait(timeout=10)
+    pytest.fail("redis-server did not start")

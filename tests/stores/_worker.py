@@ -1,0 +1,126 @@
+"""A worker process for the multi-process store tests (run as a script, never collected).
+
+Usage: ``python _worker.py MODE STORE TARGET PREFIX [EXTRA]`` where STORE is ``redis`` (TARGET
+a URL) or ``sqlite`` (TARGET a file).  Effects are counted in the shared backend itself, so
+the parent can add up what actually ran across workers.  Prints one JSON list of results.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from toolfault import Guard, Store
+
+
+def open_store(kind: str, target: str, prefix: str) -> Store:
+    if kind == "redis":
+        from toolfault.stores import RedisStore
+
+        return RedisStore(target, prefix=prefix, socket_timeout=2.0)
+    from toolfault.stores import SQLiteStore
+
+    return SQLiteStore(target)
+
+
+def barrier(target: str, prefix: str) -> Any:
+    """Tell the parent this worker is ready, then wait for its go (so workers race)."""
+    import redis
+
+    client = redis.Redis.from_url(target)
+    client.sadd(f"{prefix}:ready", str(time.time()))
+    deadline = time.monotonic() + 30
+    while not client.exists(f"{prefix}:go"):
+        if time.monotonic() > deadline:
+            raise SystemExit("no go from the parent")
+        time.sleep(0.001)
+    return client
+
+
+def retry_cap(target: str, prefix: str, calls: int) -> list[dict[str, Any]]:
+    guard = Guard(store=open_store("redis", target, prefix), task_id="t1")
+    client = barrier(target, prefix)
+
+    @guard.tool
+    def charge(card: str) -> str:
+        client.incr(f"{prefix}:runs")
+        raise ValueError("card must be a valid card number")
+
+    out = []
+    for _ in range(calls):
+        r = guard.call("charge", {"card": "4111"})
+        out.append({"ok": r.ok, "code": r.code, "terminal": r.terminal, "blocked": r.blocked})
+    guard.close()
+    return out
+
+
+def side_effect(target: str, prefix: str, calls: int) -> list[dict[str, Any]]:
+    guard = Guard(store=open_store("redis", target, prefix), task_id="t1")
+    client = barrier(target, prefix)
+    effects = f"{prefix}:effects"
+
+    def landed(args: dict[str, Any]) -> bool:
+        return int(client.get(effects) or 0) >= 1
+
+    @guard.tool(side_effect=True, postcondition=landed, timeout=0.2)
+    def send_invoice(customer: str, amount: int) -> str:
+        client.incr(effects)
+        time.sleep(0.6)
+        return "sent"
+
+    out = []
+    for _ in range(calls):
+        r = guard.call("send_invoice", {"customer": "acme", "amount": 120})
+        out.append({"ok": r.ok, "code": r.code, "outcome": r.outcome.value})
+        time.sleep(0.05)
+    guard.close()
+    return out
+
+
+def hang(kind: str, target: str, prefix: str, marker: str) -> list[dict[str, Any]]:
+    guard = Guard(store=open_store(kind, target, prefix), task_id="t1")
+
+    @guard.tool(side_effect=True, timeout=120)
+    def book_seat(seat: str) -> str:
+        with Path(marker).open("a") as f:
+            f.write("ran\n")
+        time.sleep(120)  # the parent kills us here, mid-call
+        return "booked"
+
+    guard.call("book_seat", {"seat": "12A"})
+    return []
+
+
+def book_once(kind: str, target: str, prefix: str, seat: str) -> list[dict[str, Any]]:
+    guard = Guard(store=open_store(kind, target, prefix), task_id="t1")
+
+    @guard.tool(side_effect=True)
+    def book_seat(seat: str) -> str:
+        return f"booked {seat}"
+
+    r = guard.call("book_seat", {"seat": seat})
+    guard.close()
+    return [{"ok": r.ok, "code": r.code, "call_id": r.call_id}]
+
+
+def main() -> None:
+    mode, kind, target, prefix = sys.argv[1:5]
+    extra = sys.argv[5] if len(sys.argv) > 5 else ""
+    if mode == "retry_cap":
+        result = retry_cap(target, prefix, int(extra))
+    elif mode == "side_effect":
+        result = side_effect(target, prefix, int(extra))
+    elif mode == "book_once":
+        result = book_once(kind, target, prefix, extra)
+    elif mode == "hang":
+        result = hang(kind, target, prefix, extra)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""SQLiteStore on a real file: durability across crashes, reopening and several processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Outcome
+from toolfault.stores import SQLiteStore
+
+WORKER = Path(__file__).with_name("_worker.py")
+
+
+def test_sigkilled_worker_leaves_an_in_flight_ledger_entry(tmp_path: Path) -> None:
+    """A process killed mid-call leaves a ledger entry a new guard reads as in flight."""
+    db, marker = tmp_path / "state.db", tmp_path / "ran"
+    proc = subprocess.Popen([sys.executable, str(WORKER), "hang", "sqlite", str(db), "-",
+                             str(marker)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+    guard = Guard(store=SQLiteStore(db), task_id="t1")
+    (found,) = guard.ledger
+    assert (found.tool, found.args) == ("book_seat", {"seat": "12A"})
+    assert found.in_flight
+    assert found.effect is Outcome.UNKNOWN
+
+    ran: list[str] = []
+
+    @guard.tool(side_effect=True)
+    def book_seat(seat: str) -> str:
+        ran.append(seat)
+        return "booked"
+
+    again = guard.call("book_seat", {"seat": "12A"})
+    assert not again.ok and again.code in ("in_progress", "effect_unknown")
+    assert ran == []
+    guard.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "guard bug: default call ids are a per-process counter (call_1, call_2, ...), so two "
+    "worker processes in one task write the same ledger call_id and the second entry replaces "
+    "the first; see the stores report"))
+def test_workers_sharing_a_task_keep_separate_ledger_entries(tmp_path: Path) -> None:
+    """Side effects of two worker processes in one task are two ledger entries, not one."""
+    db = tmp_path / "state.db"
+    for seat in ("1A", "2B"):
+        done = subprocess.run([sys.executable, str(WORKER), "book_once", "sqlite", str(db), "-",
+                               seat], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    store = SQLiteStore(db)
+    assert sorted(e.args["seat"] for e in store.ledger("t1")) == ["1A", "2B"]
+    store.close()
+
+
+def test_state_survives_reopening(tmp_path: Path) -> None:
+    """Counters, spend, held keys, ledger and incidents are all still there in a new handle."""
+    db = tmp_path / "state.db"
+    key = CallKey("t1", 0, "fp")
+    first = SQLiteStore(db)
+    first.admit(key, cost=2.5, max_calls=None, max_spend=None)
+    first.record_failure(key, "invalid_argument", 1)
+    first.acquire("t1", "tok", 60)
+    ledger = LedgerEntry("c1", "t1", "book", "fp", "k", {"seat": "1A"}, Outcome.UNKNOWN)
+    incident = Incident(IncidentKind.RETRY_CAP, "book", "invalid_argument", "cap", "t1", 0)
+    first.put_ledger(ledger)
+    first.add_incident(incident)
+    first.close()
+
+    second = SQLiteStore(db)
+    adm = second.admit(key, cost=1.0, max_calls=None, max_spend=None)
+    assert adm.blocked and adm.calls_in_turn == 2 and adm.spend == pytest.approx(2.5)
+    assert not second.acquire("t1", "tok", 60)
+    assert second.ledger("t1") == [ledger]
+    assert second.incidents("t1") == [incident]
+    second.close()
+
+
+def test_wal_and_synchronous_are_set(tmp_path: Path) -> None:
+    """The file is in WAL mode and connections commit with the requested synchronous level."""
+    db = tmp_path / "state.db"
+    store = SQLiteStore(db, synchronous="FULL")
+    store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None, max_spend=None)
+    with sqlite3.connect(db) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._connect().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    store.close()
+
+
+def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
+    """Four processes racing on one file admit exactly as many paid calls as the budget allows."""
+    db = tmp_path / "state.db"
+    SQLiteStore(db).close()
+    script = textwrap.dedent(f"""
+        import sys
+        from toolfault import CallKey
+        from toolfault.stores import SQLiteStore
+        store = SQLiteStore({str(db)!r})
+        ok = sum(store.admit(CallKey("t1", 0, f"fp{{i}}"), cost=1.0, max_calls=None,
+                             max_spend=30.0).admitted for i in range(25))
+        print(ok)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    admitted = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        admitted.append(int(out))
+    assert sum(admitted) == 30
+    last = SQLiteStore(db).admit(CallKey("t1", 0, "x"), cost=0.0, max_calls=None,
+                                 max_spend=None)
+    assert last.calls_in_turn == 101
+    assert last.spend == pytest.approx(30.0)
+
+
+def test_rows_expire_after_the_ttl(tmp_path: Path) -> None:
+    """Rows untouched for ttl_seconds are pruned; ttl_seconds=None keeps them."""
+    db = tmp_path / "state.db"
+    key = CallKey("t1", 0, "fp")
+    store = SQLiteStore(db, ttl_seconds=None)
+    store.record_failure(key, "bad", 1)
+    store.put_ledger(LedgerEntry("c1", "t1", "book", "fp", "k", {}, Outcome.UNKNOWN))
+    store.close()
+    time.sleep(0.1)
+    kept = SQLiteStore(db, ttl_seconds=None)
+    assert kept.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert len(kept.ledger("t1")) == 1
+    kept.close()
+    pruned = SQLiteStore(db, ttl_seconds=0.05)
+    assert not pruned.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert pruned.ledger("t1") == []
+    pruned.close()
+
+
+def test_closed_store_degrades_the_guard(tmp_path: Path) -> None:
+    """A store that fails (here: closed underneath) degrades the guard instead of raising."""
+    store = SQLiteStore(tmp_path / "state.db")
+    guard = Guard(store=store, task_id="t1", state_failure="open")
+
+    @guard.tool
+    def lookup(city: str) -> str:
+        return city.upper()
+
+    assert guard.call("lookup", {"city": "oslo"}).ok and not guard.degraded
+    store.close()
+    assert guard.call("lookup", {"city": "oslo"}).text == "OSLO"
+    assert guard.degraded
+    assert IncidentKind.STATE_DEGRADED in [i.kind for i in guard.incidents]
+    with pytest.raises(sqlite3.ProgrammingError):
+        store.ledger("t1")
+
+
+def test_bad_synchronous_is_refused(tmp_path: Path) -> None:
+    """Only the two durable synchronous levels are accepted."""
+    from toolfault import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        SQLiteStore(tmp_path / "x.db", synchronous="OFF")  # type: ignore[arg-type]

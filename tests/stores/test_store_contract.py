@@ -1,0 +1,264 @@
+"""One behavioural contract, run against MemoryStore, SQLiteStore and RedisStore.
+
+The guard only knows the :class:`Store` protocol, so every store must give the same answers
+for the same sequence of steps; these tests pin the answers ``MemoryStore`` gives.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from toolfault import Admission, CallKey, Incident, IncidentKind, LedgerEntry, Outcome, Store
+
+K = CallKey("task-a", 0, "fp-1")
+
+
+def admit(store: Store, key: CallKey = K, *, cost: float = 0.0, max_calls: int | None = None,
+          max_spend: float | None = None) -> Admission:
+    return store.admit(key, cost=cost, max_calls=max_calls, max_spend=max_spend)
+
+
+def entry(call_id: str, *, at: float, task: str = "task-a", **kw: object) -> LedgerEntry:
+    fields: dict[str, object] = {
+        "call_id": call_id, "task": task, "tool": "book", "fingerprint": "fp",
+        "idempotency_key": f"book:{call_id}", "args": {"seat": "12A", "note": "naïve {x}"},
+        "effect": Outcome.UNKNOWN, "at": at,
+    }
+    fields.update(kw)
+    return LedgerEntry(**fields)  # type: ignore[arg-type]
+
+
+def test_is_a_store(store: Store) -> None:
+    """Every store satisfies the runtime-checkable Store protocol."""
+    assert isinstance(store, Store)
+
+
+def test_fresh_admission(store: Store) -> None:
+    """A first call is admitted, counted once in its turn and charged its cost."""
+    adm = admit(store, cost=0.25)
+    assert adm.admitted
+    assert (adm.failures, adm.last_code, adm.blocked, adm.over) == (0, None, False, None)
+    assert adm.calls_in_turn == 1
+    assert adm.spend == pytest.approx(0.25)
+
+
+def test_calls_are_counted_per_turn_and_task(store: Store) -> None:
+    """Calls in a turn accumulate across fingerprints; a new turn or another task starts at 1."""
+    assert [admit(store, CallKey("task-a", 0, fp)).calls_in_turn for fp in "abc"] == [1, 2, 3]
+    assert admit(store, CallKey("task-a", 1, "a")).calls_in_turn == 1
+    assert admit(store, CallKey("task-b", 0, "a")).calls_in_turn == 1
+    assert admit(store, CallKey("task-a", 0, "a")).calls_in_turn == 4
+
+
+def test_failures_block_at_the_limit(store: Store) -> None:
+    """Once a fingerprint failed ``limit`` times it is blocked, counted in the turn, not charged."""
+    assert store.record_failure(K, "invalid_argument:max_price", 2) == 1
+    first = admit(store, cost=1.0)
+    assert (first.failures, first.last_code, first.blocked) == (1, "invalid_argument:max_price",
+                                                               False)
+    assert store.record_failure(K, "invalid_argument:max_price", 2) == 2
+    blocked = admit(store, cost=1.0)
+    assert blocked.blocked and not blocked.admitted
+    assert (blocked.failures, blocked.last_code) == (2, "invalid_argument:max_price")
+    assert blocked.calls_in_turn == 2
+    assert blocked.spend == pytest.approx(1.0)
+
+
+def test_latest_code_and_limit_win(store: Store) -> None:
+    """A later failure's code and limit replace the earlier ones while the count carries on."""
+    store.record_failure(K, "timeout", 5)
+    assert store.record_failure(K, "rate_limited", 2) == 2
+    adm = admit(store)
+    assert adm.blocked and adm.last_code == "rate_limited"
+
+
+def test_failures_are_scoped_to_fingerprint_turn_and_task(store: Store) -> None:
+    """A blocked fingerprint does not block another fingerprint, turn or task."""
+    store.record_failure(K, "bad", 1)
+    assert admit(store).blocked
+    for other in (CallKey("task-a", 0, "fp-2"), CallKey("task-a", 1, "fp-1"),
+                  CallKey("task-b", 0, "fp-1")):
+        adm = admit(store, other)
+        assert not adm.blocked and adm.failures == 0
+
+
+def test_clear_failures_resets_the_count(store: Store) -> None:
+    """A success resets the fingerprint so the next failure counts from 1 again."""
+    store.record_failure(K, "bad", 2)
+    store.record_failure(K, "bad", 2)
+    store.clear_failures(K)
+    adm = admit(store)
+    assert (adm.failures, adm.last_code, adm.blocked) == (0, None, False)
+    assert store.record_failure(K, "bad", 2) == 1
+    store.clear_failures(CallKey("task-a", 0, "never-failed"))  # harmless
+
+
+def test_calls_per_turn_ceiling(store: Store) -> None:
+    """The call over the turn ceiling is refused without being counted or charged."""
+    assert admit(store, cost=1.0, max_calls=2).admitted
+    assert admit(store, cost=1.0, max_calls=2).admitted
+    over = admit(store, cost=1.0, max_calls=2)
+    assert over.over == "calls_per_turn" and not over.admitted and not over.blocked
+    assert over.calls_in_turn == 2
+    assert over.spend == pytest.approx(2.0)
+    assert admit(store, cost=1.0, max_calls=2).calls_in_turn == 2
+    assert admit(store, CallKey("task-a", 1, "fp-1"), max_calls=2).admitted
+
+
+def test_turn_ceiling_is_checked_before_the_block(store: Store) -> None:
+    """Over the turn ceiling a blocked fingerprint reports the ceiling, as MemoryStore does."""
+    store.record_failure(K, "bad", 1)
+    assert admit(store, max_calls=1).blocked
+    over = admit(store, max_calls=1)
+    assert over.over == "calls_per_turn" and not over.blocked and over.failures == 1
+
+
+def test_spend_per_task_ceiling(store: Store) -> None:
+    """Spend carries across turns; the call that would cross the ceiling is not charged."""
+    assert admit(store, cost=0.5, max_spend=1.0).admitted
+    assert admit(store, CallKey("task-a", 3, "x"), cost=0.5, max_spend=1.0).admitted
+    over = admit(store, cost=0.5, max_spend=1.0)
+    assert over.over == "spend_per_task"
+    assert over.spend == pytest.approx(1.0)
+    assert over.calls_in_turn == 2
+    assert admit(store, cost=0.0, max_spend=1.0).admitted
+    assert admit(store, CallKey("task-b", 0, "x"), cost=0.5, max_spend=1.0).admitted
+
+
+def test_blocked_call_is_not_charged(store: Store) -> None:
+    """A blocked identical call costs nothing."""
+    store.record_failure(K, "bad", 1)
+    assert admit(store, cost=3.0).blocked
+    assert admit(store, CallKey("task-a", 0, "other"), cost=0.0).spend == 0.0
+
+
+def test_refund(store: Store) -> None:
+    """A refund gives back spend, never below zero."""
+    admit(store, cost=1.0)
+    store.refund("task-a", 0.25)
+    assert admit(store, CallKey("task-a", 0, "x")).spend == pytest.approx(0.75)
+    store.refund("task-a", 10.0)
+    assert admit(store, CallKey("task-a", 0, "y")).spend == 0.0
+    store.refund("never-charged", 1.0)
+    assert admit(store, CallKey("never-charged", 0, "x")).spend == 0.0
+
+
+def test_acquire_and_release(store: Store) -> None:
+    """An idempotency key has one holder at a time, per task, until released."""
+    assert store.acquire("task-a", "book:12A", 30)
+    assert not store.acquire("task-a", "book:12A", 30)
+    assert store.acquire("task-b", "book:12A", 30)
+    assert store.acquire("task-a", "book:14C", 30)
+    store.release("task-a", "book:12A")
+    assert store.acquire("task-a", "book:12A", 30)
+    store.release("task-a", "never-held")
+
+
+def test_acquire_expires(store: Store) -> None:
+    """A key whose holder died is free again once its TTL passed."""
+    assert store.acquire("task-a", "tok", 0.05)
+    assert not store.acquire("task-a", "tok", 0.05)
+    time.sleep(0.15)
+    assert store.acquire("task-a", "tok", 30)
+    assert not store.acquire("task-a", "tok", 30)
+
+
+def test_ledger_upsert_and_order(store: Store) -> None:
+    """Entries come back oldest first, equal to what was written; a rewrite replaces in place."""
+    e1, e2, e3 = entry("c1", at=2000.5), entry("c2", at=1000.25), entry("c3", at=3000.0)
+    for e in (e1, e2, e3):
+        store.put_ledger(e)
+    assert store.ledger("task-a") == [e2, e1, e3]
+    assert all(e.in_flight for e in store.ledger("task-a"))
+    done = LedgerEntry(**{**e1.to_dict(), "effect": Outcome.APPLIED, "told": "ok",
+                          "told_effect": Outcome.APPLIED, "confirmed_by": "return",
+                          "attempts": 2})  # type: ignore[arg-type]
+    done = LedgerEntry.from_dict(done.to_dict())
+    store.put_ledger(done)
+    got = store.ledger("task-a")
+    assert got == [e2, done, e3]
+    assert not got[1].in_flight and got[1].effect is Outcome.APPLIED
+    assert store.ledger("task-b") == []
+
+
+def test_ledger_ties_keep_first_write_order(store: Store) -> None:
+    """Entries with the same timestamp keep the order they were first written in."""
+    names = ["z", "a", "m"]
+    for name in names:
+        store.put_ledger(entry(name, at=5.0))
+    store.put_ledger(entry("a", at=5.0, told="ok"))
+    assert [e.call_id for e in store.ledger("task-a")] == names
+
+
+def test_ledger_is_per_task(store: Store) -> None:
+    """The same call id in two tasks is two entries."""
+    store.put_ledger(entry("c1", at=1.0, task="task-a"))
+    store.put_ledger(entry("c1", at=2.0, task="task-b", tool="refund"))
+    assert [e.tool for e in store.ledger("task-a")] == ["book"]
+    assert [e.tool for e in store.ledger("task-b")] == ["refund"]
+
+
+def test_incidents(store: Store) -> None:
+    """Incidents come back per task in the order recorded, equal to what was written."""
+    made = [
+        Incident(IncidentKind.RETRY_CAP, "search", "invalid_argument", "3 identical", "task-a",
+                 0, at=30.0),
+        Incident(IncidentKind.BUDGET_EXCEEDED, "search", "budget_exceeded", "spent", "task-a",
+                 1, at=10.0),
+        Incident(IncidentKind.STATE_DEGRADED, "*", "state_unavailable", "down", "task-b", 0),
+    ]
+    for incident in made:
+        store.add_incident(incident)
+    assert store.incidents("task-a") == made[:2]
+    assert store.incidents("task-b") == made[2:]
+    assert store.incidents("task-c") == []
+
+
+@pytest.mark.parametrize("task", ["a{b}:c", "a{b}", "ünï cödé", "a:calls:0"])
+def test_awkward_task_ids_stay_apart(store: Store, task: str) -> None:
+    """Task ids with braces, colons or unicode neither break a store nor share state."""
+    store.record_failure(CallKey(task, 0, "fp"), "bad", 1)
+    assert admit(store, CallKey(task, 0, "fp")).blocked
+    assert not admit(store, CallKey(task + "x", 0, "fp")).blocked
+    assert not admit(store, CallKey("a", 0, "fp")).blocked
+
+
+def test_state_is_shared_between_handles(make_store: Callable[[], Store]) -> None:
+    """Two handles on the same backing state (file, server) see each other's writes."""
+    one, two = make_store(), make_store()
+    one.record_failure(K, "bad", 1)
+    one.put_ledger(entry("c1", at=1.0))
+    assert admit(two).blocked
+    assert [e.call_id for e in two.ledger("task-a")] == ["c1"]
+    assert two.acquire("task-a", "tok", 30)
+    assert not one.acquire("task-a", "tok", 30)
+
+
+def test_admit_is_atomic_under_threads(make_store: Callable[[], Store]) -> None:
+    """Threads racing on one task's spend ceiling admit exactly the affordable number of calls."""
+    admitted: list[bool] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        store = make_store()
+        for i in range(20):
+            adm = store.admit(CallKey("task-a", 0, f"fp{i}"), cost=1.0, max_calls=None,
+                              max_spend=25.0)
+            with lock:
+                admitted.append(adm.admitted)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(admitted) == 120
+    assert sum(admitted) == 25
+    last = make_store().admit(CallKey("task-a", 0, "last"), cost=0.0, max_calls=None,
+                              max_spend=None)
+    assert last.calls_in_turn == 121
+    assert last.spend == pytest.approx(25.0)
