@@ -15,8 +15,10 @@ import inspect
 import itertools
 import json
 import logging
+import os
 import random
 import re
+import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -70,6 +72,20 @@ _UNSET: Any = object()
 _NOT_JSON = object()
 _MAX_JSON_CHARS = 2_000_000
 _ids = itertools.count(1)
+_id_prefix = secrets.token_hex(6)
+
+
+def _reseed_ids() -> None:
+    global _id_prefix
+    _id_prefix = secrets.token_hex(6)
+
+
+os.register_at_fork(after_in_child=_reseed_ids)
+
+
+def _new_call_id() -> str:
+    """Unique across processes and hosts (workers sharing a task share one ledger), cheaply."""
+    return f"call_{_id_prefix}_{next(_ids)}"
 
 
 class _Retry(Exception):
@@ -99,6 +115,7 @@ class _Call:
     admission: Admission | None = None
     idem: str | None = None
     held: bool = False
+    reserved: CallKey | None = None
     entry: LedgerEntry | None = None
     attempts: int = 0
     dispatched: bool = False
@@ -336,7 +353,7 @@ class Guard:
             fast = self._fast_call(spec, args, call_id)
             if fast is not None:
                 return fast
-        call = _Call(None, str(name), args, call_id or f"call_{next(_ids)}", time.monotonic())
+        call = _Call(None, str(name), args, call_id or _new_call_id(), time.monotonic())
         try:
             early = self._prepare(call)
             if early is not None:
@@ -347,7 +364,7 @@ class Guard:
                 raise
             return self._safe_emit(call, self._crash(call, exc))
         finally:
-            if call.held:
+            if call.held or call.reserved is not None:
                 self._release(call)
 
     def _fast_ready(self) -> bool:
@@ -373,7 +390,7 @@ class Guard:
         if problems:
             return None
         started = time.monotonic()
-        cid = call_id or f"call_{next(_ids)}"
+        cid = call_id or _new_call_id()
         try:
             value = spec.fn(**kwargs)
         except Exception as exc:
@@ -432,7 +449,7 @@ class Guard:
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:
         """Async twin of :meth:`call`; sync tools run in a worker thread."""
-        call = _Call(None, str(name), args, call_id or f"call_{next(_ids)}", time.monotonic())
+        call = _Call(None, str(name), args, call_id or _new_call_id(), time.monotonic())
         try:
             early = await self._aprepare(call)
             if early is not None:
@@ -452,7 +469,7 @@ class Guard:
         Not counted against caps (the guard did not run the call), but traced and redacted
         like any other result.
         """
-        call = _Call(self._tools.get(name), str(name), args, call_id or f"call_{next(_ids)}",
+        call = _Call(self._tools.get(name), str(name), args, call_id or _new_call_id(),
                      time.monotonic())
         try:
             parsed = self._parse(call)
@@ -543,12 +560,15 @@ class Guard:
             call.admission = self._store.admit(
                 call.key, cost=spec.cost, max_calls=self.limits.max_calls_per_turn,
                 max_spend=self.limits.max_spend_per_task,
+                lease=max(30.0, 4 * (spec.timeout or 30.0)),
             )
         except StateUnavailableError:
             return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
                                                "the agent's shared safety state is unreachable"),
                               count=False)
         adm = call.admission
+        if adm.admitted:
+            call.reserved = call.key  # settled in _release, under the key it was taken with
         if adm.over is not None:
             over = self._budget_exceeded(call, adm)
             if over is not None:
@@ -557,6 +577,12 @@ class Guard:
             if self.mode == "enforce":
                 return self._blocked(call, adm)
             call.shadow["would_block"] = True
+        if adm.busy:
+            if self.mode == "enforce":
+                return self._fail(call, from_entry(
+                    self.catalog.get("in_progress"),
+                    f"an identical {call.name} call is still running"), count=False)
+            call.shadow["would_be_busy"] = True
         return self._validate(call, spec, args)
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
@@ -782,6 +808,12 @@ class Guard:
             self._store.fallback.put_ledger(entry)
 
     def _release(self, call: _Call) -> None:
+        if call.reserved is not None:
+            key, call.reserved = call.reserved, None
+            try:
+                self._store.settle(key)
+            except Exception:  # the reservation expires with its lease
+                pass
         if call.held and call.idem is not None:
             try:
                 self._store.release(self.task_id, call.idem)

@@ -34,6 +34,9 @@ class Admission(NamedTuple):
     ``blocked``: the fingerprint already failed ``failures`` times, reaching its limit; the
     call was counted against the turn but not charged.  ``over``: a ceiling would be crossed
     (``"calls_per_turn"`` or ``"spend_per_task"``); nothing was charged then either.
+    ``busy``: the fingerprint already failed, and its failures plus the identical calls still
+    running reach the limit; counted in the turn, not charged, not dispatched.  A call
+    admitted with a ``lease`` holds one reservation until :meth:`Store.settle`.
     """
 
     failures: int
@@ -42,10 +45,11 @@ class Admission(NamedTuple):
     calls_in_turn: int
     spend: float
     over: str | None = None
+    busy: bool = False
 
     @property
     def admitted(self) -> bool:
-        return not self.blocked and self.over is None
+        return not self.blocked and not self.busy and self.over is None
 
 
 @runtime_checkable
@@ -53,9 +57,14 @@ class Store(Protocol):
     """The state protocol every store implements (all methods thread-safe)."""
 
     def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
+        lease: float | None = None,
     ) -> Admission:
-        """Read the failure record, count the call in the turn, charge the spend: atomically."""
+        """Read the failure record, count the call in the turn, charge the spend: atomically.
+
+        With ``lease``, an admitted call reserves its attempt for at most ``lease`` seconds
+        (until :meth:`settle`), so concurrent identical calls cannot overrun the retry limit.
+        """
         ...
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -64,6 +73,10 @@ class Store(Protocol):
 
     def clear_failures(self, key: CallKey) -> None:
         """A success (or a verified effect) resets the fingerprint's count."""
+        ...
+
+    def settle(self, key: CallKey) -> None:
+        """Drop one reservation taken by :meth:`admit`; the guard calls it as each call ends."""
         ...
 
     def refund(self, task: str, cost: float) -> None:
@@ -105,6 +118,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failures: dict[CallKey, tuple[int, str, int]] = {}
+        self._pending: dict[CallKey, list[float]] = {}
         self._dirty: dict[tuple[str, int], int] = defaultdict(int)
         self._calls: dict[tuple[str, int], int] = defaultdict(int)
         self._spend: dict[str, float] = defaultdict(float)
@@ -113,7 +127,8 @@ class MemoryStore:
         self._incidents: dict[str, list[Incident]] = defaultdict(list)
 
     def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
+        lease: float | None = None,
     ) -> Admission:
         with self._lock:
             record = self._failures.get(key)
@@ -126,11 +141,20 @@ class MemoryStore:
             self._calls[turn] = calls
             if record is not None and record[0] >= record[2]:
                 return Admission(record[0], record[1], True, calls, spend)
+            live: list[float] = []
+            if lease is not None:
+                now = time.monotonic()
+                live = [t for t in self._pending.get(key, ()) if t > now]
+                if record is not None and record[0] + len(live) >= record[2]:
+                    return Admission(record[0], record[1], False, calls, spend, busy=True)
+                live.append(now + lease)
             if max_spend is not None and spend + cost > max_spend + 1e-12:
                 return Admission(record[0] if record else 0, record[1] if record else None,
                                  False, calls, spend, "spend_per_task")
             spend += cost
             self._spend[key.task] = spend
+            if lease is not None:
+                self._pending[key] = live
             return Admission(record[0] if record else 0, record[1] if record else None, False,
                              calls, spend)
 
@@ -147,6 +171,14 @@ class MemoryStore:
         with self._lock:
             if self._failures.pop(key, None) is not None:
                 self._dirty[(key.task, key.turn)] -= 1
+
+    def settle(self, key: CallKey) -> None:
+        with self._lock:
+            live = self._pending.get(key)
+            if live:
+                live.remove(min(live))
+            if not live:
+                self._pending.pop(key, None)
 
     def has_failures(self, task: str, turn: int) -> bool:
         """Whether any fingerprint failed in this turn (lets the guard skip work when not)."""
@@ -268,18 +300,19 @@ class DegradingStore:
         return True if check is None else bool(check(task, turn))
 
     def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
+        lease: float | None = None,
     ) -> Admission:
         if self._down_since is None:  # the hot path: one direct call
             try:
                 return self.primary.admit(key, cost=cost, max_calls=max_calls,
-                                          max_spend=max_spend)
+                                          max_spend=max_spend, lease=lease)
             except Exception as exc:
                 self._degrade(exc)
                 return self.fallback.admit(key, cost=cost, max_calls=max_calls,
-                                           max_spend=max_spend)
+                                           max_spend=max_spend, lease=lease)
         result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
-                                      max_spend=max_spend)
+                                      max_spend=max_spend, lease=lease)
         return result
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -288,6 +321,9 @@ class DegradingStore:
 
     def clear_failures(self, key: CallKey) -> None:
         self._run("clear_failures", key)
+
+    def settle(self, key: CallKey) -> None:
+        self._run("settle", key)
 
     def refund(self, task: str, cost: float) -> None:
         self._run("refund", task, cost)

@@ -52,10 +52,6 @@ def test_sigkilled_worker_leaves_an_in_flight_ledger_entry(tmp_path: Path) -> No
     guard.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "guard bug: default call ids are a per-process counter (call_1, call_2, ...), so two "
-    "worker processes in one task write the same ledger call_id and the second entry replaces "
-    "the first; see the stores report"))
 def test_workers_sharing_a_task_keep_separate_ledger_entries(tmp_path: Path) -> None:
     """Side effects of two worker processes in one task are two ledger entries, not one."""
     db = tmp_path / "state.db"

@@ -262,3 +262,34 @@ def test_admit_is_atomic_under_threads(make_store: Callable[[], Store]) -> None:
                               max_spend=None)
     assert last.calls_in_turn == 121
     assert last.spend == pytest.approx(25.0)
+
+
+def test_concurrent_repeats_of_a_failed_call_are_busy(store: Store) -> None:
+    """With a lease, identical calls in flight count against the limit until each settles."""
+    store.record_failure(K, "bad", 2)
+    first = store.admit(K, cost=1.0, max_calls=None, max_spend=None, lease=30)
+    second = store.admit(K, cost=1.0, max_calls=None, max_spend=None, lease=30)
+    assert first.admitted and not first.busy
+    assert second.busy and not second.admitted and not second.blocked
+    assert second.spend == pytest.approx(1.0)  # the busy call was not charged
+    store.settle(K)
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).admitted
+
+
+def test_reservations_expire_with_their_lease(store: Store) -> None:
+    """A reservation whose caller died stops counting once its lease passed."""
+    store.record_failure(K, "bad", 2)
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=0.05).admitted
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=0.05).busy
+    time.sleep(0.15)
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=0.05).admitted
+
+
+def test_first_calls_reserve_too(store: Store) -> None:
+    """Calls admitted before any failure still count once the fingerprint starts failing."""
+    a = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30)
+    assert a.admitted and a.failures == 0
+    store.record_failure(K, "bad", 2)  # another worker's identical call failed meanwhile
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).busy
+    store.settle(K)
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).admitted

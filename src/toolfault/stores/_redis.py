@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 from urllib.parse import quote
 
@@ -31,32 +32,49 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from toolfault._records import Incident, LedgerEntry
 from toolfault._state import Admission, CallKey
 
-# KEYS: failure record, calls in turn, task spend.
-# ARGV: cost, max calls ('' = none), max spend ('' = none), ttl in ms.
+# KEYS: failure record, calls in turn, task spend, reservations (zset: token -> expiry ms).
+# ARGV: cost, max calls ('' = none), max spend ('' = none), ttl in ms, lease in ms ('' =
+# none), reservation token.
 # Mirrors MemoryStore.admit step for step: the turn ceiling first (nothing counted), then
-# the call is counted, then a blocked fingerprint (not charged), then the spend ceiling.
+# the call is counted, then a blocked fingerprint (not charged), then a busy one, then the
+# spend ceiling; an admitted call with a lease then holds a reservation until settle().
 _ADMIT = """
+if redis.replicate_commands then redis.replicate_commands() end
 local rec = redis.call('HMGET', KEYS[1], 'count', 'code', 'limit')
 local failures = tonumber(rec[1]) or 0
 local calls = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
 local spend = redis.call('GET', KEYS[3]) or '0'
 if ARGV[2] ~= '' and calls > tonumber(ARGV[2]) then
-  return {failures, rec[2], 0, calls - 1, spend, 'calls_per_turn'}
+  return {failures, rec[2], 0, calls - 1, spend, 'calls_per_turn', 0}
 end
 redis.call('SET', KEYS[2], calls, 'PX', ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 if rec[1] and failures >= tonumber(rec[3]) then
-  return {failures, rec[2], 1, calls, spend, false}
+  return {failures, rec[2], 1, calls, spend, false, 0}
+end
+local expires = false
+if ARGV[5] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  if rec[1] and failures + redis.call('ZCARD', KEYS[4]) >= tonumber(rec[3]) then
+    return {failures, rec[2], 0, calls, spend, false, 1}
+  end
+  expires = now + tonumber(ARGV[5])
 end
 local cost = tonumber(ARGV[1])
 if ARGV[3] ~= '' and tonumber(spend) + cost > tonumber(ARGV[3]) + 1e-12 then
-  return {failures, rec[2], 0, calls, spend, 'spend_per_task'}
+  return {failures, rec[2], 0, calls, spend, 'spend_per_task', 0}
 end
 if cost ~= 0 then
   spend = redis.call('INCRBYFLOAT', KEYS[3], ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
-return {failures, rec[2], 0, calls, spend, false}
+if expires then
+  redis.call('ZADD', KEYS[4], expires, ARGV[6])
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[5]) + 1000)
+end
+return {failures, rec[2], 0, calls, spend, false, 0}
 """
 
 # KEYS: failure record.  ARGV: code, limit, ttl in ms.
@@ -166,20 +184,25 @@ class RedisStore:
     def _failure_key(self, key: CallKey) -> str:
         return self.key(key.task, "fail", key.turn, key.fingerprint)
 
+    def _pending_key(self, key: CallKey) -> str:
+        return self.key(key.task, "pending", key.turn, key.fingerprint)
+
     # -- the hot path -----------------------------------------------------------------
     def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
+        lease: float | None = None,
     ) -> Admission:
         reply = self._admit(
             keys=[self._failure_key(key), self.key(key.task, "calls", key.turn),
-                  self.key(key.task, "spend")],
+                  self.key(key.task, "spend"), self._pending_key(key)],
             args=[repr(float(cost)), "" if max_calls is None else str(int(max_calls)),
-                  _opt(max_spend), self.ttl_ms],
+                  _opt(max_spend), self.ttl_ms,
+                  "" if lease is None else max(1, math.ceil(lease * 1000)), os.urandom(8).hex()],
         )
-        failures, code, blocked, calls, spend, over = reply
+        failures, code, blocked, calls, spend, over, busy = reply
         return Admission(
             int(failures), None if code is None else _text(code), bool(blocked), int(calls),
-            float(_text(spend)), None if over is None else _text(over),
+            float(_text(spend)), None if over is None else _text(over), busy=bool(busy),
         )
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -188,6 +211,9 @@ class RedisStore:
 
     def clear_failures(self, key: CallKey) -> None:
         self.client.delete(self._failure_key(key))
+
+    def settle(self, key: CallKey) -> None:
+        self.client.zpopmin(self._pending_key(key))
 
     def refund(self, task: str, cost: float) -> None:
         if cost:

@@ -37,6 +37,11 @@ CREATE TABLE IF NOT EXISTS calls (
 CREATE TABLE IF NOT EXISTS spend (
     task TEXT PRIMARY KEY, amount REAL NOT NULL, updated REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task TEXT NOT NULL, turn INTEGER NOT NULL, fingerprint TEXT NOT NULL, expires REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pending_by_key ON pending (task, turn, fingerprint, expires);
 CREATE TABLE IF NOT EXISTS held (
     task TEXT NOT NULL, token TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (task, token)
@@ -156,10 +161,12 @@ class SQLiteStore:
             for sql in _PRUNE:
                 db.execute(sql, (cutoff,))
             db.execute("DELETE FROM held WHERE expires < ?", (now,))
+            db.execute("DELETE FROM pending WHERE expires < ?", (now,))
 
     # -- the hot path -----------------------------------------------------------------
     def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None
+        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
+        lease: float | None = None,
     ) -> Admission:
         self._prune()
         now = time.time()
@@ -186,6 +193,15 @@ class SQLiteStore:
             )
             if row is not None and failures >= int(row[2]):
                 return Admission(failures, code, True, calls, spend)
+            reserve = lease is not None
+            if reserve:
+                db.execute("DELETE FROM pending WHERE task = ? AND turn = ? AND fingerprint = ? "
+                           "AND expires <= ?", (key.task, key.turn, key.fingerprint, now))
+                (live,) = db.execute(
+                    "SELECT count(*) FROM pending WHERE task = ? AND turn = ? AND fingerprint = ?",
+                    (key.task, key.turn, key.fingerprint)).fetchone()
+                if row is not None and failures + int(live) >= int(row[2]):
+                    return Admission(failures, code, False, calls, spend, busy=True)
             if max_spend is not None and spend + cost > max_spend + 1e-12:
                 return Admission(failures, code, False, calls, spend, "spend_per_task")
             if cost:
@@ -196,6 +212,11 @@ class SQLiteStore:
                     "updated = excluded.updated",
                     (key.task, spend, now),
                 )
+            if reserve:
+                assert lease is not None
+                db.execute("INSERT INTO pending (task, turn, fingerprint, expires) "
+                           "VALUES (?, ?, ?, ?)", (key.task, key.turn, key.fingerprint,
+                                                   now + lease))
             return Admission(failures, code, False, calls, spend)
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -213,6 +234,12 @@ class SQLiteStore:
     def clear_failures(self, key: CallKey) -> None:
         with self._write() as db:
             db.execute("DELETE FROM failures WHERE task = ? AND turn = ? AND fingerprint = ?",
+                       (key.task, key.turn, key.fingerprint))
+
+    def settle(self, key: CallKey) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM pending WHERE id = (SELECT id FROM pending WHERE task = ? "
+                       "AND turn = ? AND fingerprint = ? ORDER BY expires LIMIT 1)",
                        (key.task, key.turn, key.fingerprint))
 
     def refund(self, task: str, cost: float) -> None:
