@@ -62,6 +62,12 @@ class Metrics:
     budget_stops: int = 0
     crashes: int = 0
     gave_up: int = 0
+    #: Staged rollout (observe/shape modes): what enforce mode would have done differently.
+    would_shape: int = 0
+    would_reject: int = 0
+    would_block: int = 0
+    would_cap: int = 0
+    would_exceed_budget: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -154,8 +160,14 @@ def _summarise(tasks: Sequence[_Task]) -> Metrics:
     successes = duplicates = calls = executions = tokens = retries = blocked = 0
     streaks = recoveries = cap_hits = budget_hits = step_caps = crashes = gave_up = longest = 0
     budget_stops = 0
+    shadow = {"would_say": 0, "would_reject": 0, "would_block": 0, "would_be_terminal": 0,
+              "would_exceed_budget": 0}
     success_measured = duplicates_measured = True
     for task in tasks:
+        for call in task.calls:
+            marks = call.get("shadow") or {}
+            for mark in shadow:
+                shadow[mark] += bool(marks.get(mark)) if isinstance(marks, dict) else 0
         episode = task.episode
         calls += len(task.calls)
         executions += sum(int(c.get("attempts", 0) or 0) for c in task.calls)
@@ -200,7 +212,9 @@ def _summarise(tasks: Sequence[_Task]) -> Metrics:
         retries=retries, retry_rate=retries / calls if calls else 0.0, blocked=blocked,
         error_streaks=streaks, recoveries=recoveries, cap_hits=cap_hits,
         budget_hits=budget_hits, step_cap_hits=step_caps, budget_stops=budget_stops,
-        crashes=crashes, gave_up=gave_up,
+        crashes=crashes, gave_up=gave_up, would_shape=shadow["would_say"],
+        would_reject=shadow["would_reject"], would_block=shadow["would_block"],
+        would_cap=shadow["would_be_terminal"], would_exceed_budget=shadow["would_exceed_budget"],
     )
 
 

@@ -100,6 +100,40 @@ def breakdown_table(groups: Mapping[str, Mapping[str, Metrics]], *, title: str, 
     return table
 
 
+#: Staged-rollout columns: what enforce mode would have changed, from the trace's shadow marks.
+STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("calls", "tool calls in this stage"),
+    ("retry\nrate", "share of calls that repeat the previous failed call"),
+    ("would\nshape", "raw errors the model saw that enforce/shape would have rewritten"),
+    ("would\nreject", "calls with invalid arguments that reached the tool anyway"),
+    ("would\nblock", "identical calls past the cap that reached the tool anyway"),
+    ("would\ncap", "failures that would have returned the terminal message"),
+    ("would\nexceed", "calls over a budget ceiling that were let through"),
+    ("cap\nhits", "retry-cap and budget incidents actually enforced"),
+)
+
+
+def stage_cells(m: Metrics) -> list[str]:
+    return [str(m.calls), _pct(m.retry_rate), str(m.would_shape), str(m.would_reject),
+            str(m.would_block), str(m.would_cap), str(m.would_exceed_budget),
+            str(m.cap_hits + m.budget_hits)]
+
+
+def stage_table(summary: Summary) -> Table | None:
+    """Per rollout stage (observe / shape / enforce): what changed and what would have."""
+    stages = {name: m for name, m in summary.policies.items() if name.startswith("toolfault")}
+    if len(stages) < 2 and not any("(" in name for name in stages):
+        return None
+    table = Table(title="rollout stages: what enforce would change", box=box.SIMPLE_HEAD,
+                  title_justify="left", title_style="bold")
+    table.add_column("stage")
+    for header, _ in STAGE_COLUMNS:
+        table.add_column(header, justify="right")
+    for name, m in stages.items():
+        table.add_row(name, *stage_cells(m))
+    return table
+
+
 def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool = True
            ) -> Group:
     """Everything the terminal shows."""
@@ -108,6 +142,9 @@ def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool
                      row=outcome_cells),
         policy_table(summary, title="cost", columns=COST_COLUMNS, row=cost_cells),
     ]
+    stages = stage_table(summary)
+    if stages is not None:
+        parts.append(stages)
     inferred = any(not m.success_measured or not m.duplicates_measured
                    for m in summary.policies.values())
     if inferred:
