@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", metavar="JSONL", help="write every call to a JSONL trace")
     bench.add_argument("--overhead", action="store_true",
                        help="run the per-call overhead micro-benchmarks instead")
+    bench.add_argument("--stores", action="store_true",
+                       help="measure guarded calls per second per store against a bare call")
+    bench.add_argument("--redis-url", help="with --stores: also measure RedisStore at this URL")
     bench.add_argument("--quick", action="store_true", help="a tiny suite (for smoke tests)")
     bench.add_argument("--model-url", help="OpenAI-compatible base URL to drive a real model")
     bench.add_argument("--model", help="model name for --model-url")

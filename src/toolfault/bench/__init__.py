@@ -115,6 +115,28 @@ class _TraceWriter:
         self._file.close()
 
 
+def _stores_command(redis_url: str | None, *, as_json: bool) -> int:
+    """``toolfault bench --stores``: guarded calls/s per store vs a bare call, one run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from toolfault.stores._throughput import store_throughput
+
+    rows = store_throughput(1.0, redis_url=redis_url)
+    if as_json:
+        sys.stdout.write(json.dumps({"stores": rows}, indent=2) + "\n")
+        return 0
+    table = Table(title="guarded successful calls per store (same run, same function)")
+    for header in ("store", "calls/s", "µs/call", "× bare rate", "added µs/call"):
+        table.add_column(header, justify="left" if header == "store" else "right")
+    for row in rows:
+        table.add_row(row["store"], f"{row['calls_per_second']:,.0f}",
+                      f"{row['us_per_call']:.2f}", f"{row['ratio_vs_bare']:.4f}",
+                      f"{row['overhead_us']:.2f}")
+    Console().print(table)
+    return 0
+
+
 def bench_command(args: argparse.Namespace) -> int:
     """``toolfault bench``: run the suite, print the table (or JSON), write trace and page."""
     from rich.console import Console
@@ -123,6 +145,9 @@ def bench_command(args: argparse.Namespace) -> int:
         from toolfault.bench._overhead import overhead_command
 
         return overhead_command(as_json=bool(getattr(args, "json", False)))
+    if getattr(args, "stores", False):
+        return _stores_command(getattr(args, "redis_url", None),
+                               as_json=bool(getattr(args, "json", False)))
     suite = _suite_from(args)
     models = _model_factory(args)
     if models is not None:
