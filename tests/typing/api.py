@@ -33,3 +33,13 @@ catalog: Catalog = Catalog.default()
 
 async def use_async() -> ToolResult:
     return await guard.acall("ping", "{}")
+
+
+def stores() -> None:
+    from toolfault import Store
+    from toolfault.stores import RedisStore, SQLiteStore
+
+    durable: Store = SQLiteStore("state.db")
+    shared: Store = RedisStore("redis://127.0.0.1:6379/0")
+    Guard(store=durable, state_failure="closed")
+    Guard(store=shared, task_id="task-1")
