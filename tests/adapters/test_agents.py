@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _frameworks import require
 
 from toolfault import Guard, ToolError
 
-
-def _require(name: str) -> ModuleType:
-    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-agents = _require("agents")
-openai = _require("openai")
+agents = require("agents")
+openai = require("openai")
 
 from toolfault.adapters.agents import failure_error_function, function_tools  # noqa: E402
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _frameworks import require
 
 from toolfault import Guard, ToolError
 from toolfault.adapters.anthropic import (
@@ -20,15 +19,7 @@ from toolfault.adapters.anthropic import (
     tools,
 )
 
-
-def _require(name: str) -> ModuleType:
-    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-anthropic = _require("anthropic")
+anthropic = require("anthropic")
 
 MESSAGES = "/v1/messages"
 TERMINAL = "Retrying the same call is not allowed."

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import re
 import runpy
 from pathlib import Path
-from types import ModuleType
 from typing import Annotated, Any
 
 import pytest
+from _frameworks import require
 from pydantic import Field
 
 from toolfault import Backoff, Guard, Limits, ToolError
 
-
-def _require(name: str) -> ModuleType:
-    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-_require("langchain_core")
-_require("langgraph")
+require("langchain_core")
+require("langgraph")
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402

@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import ModuleType
 from typing import Annotated, Any
 
 import anyio
 import pytest
+from _frameworks import require
 from pydantic import Field
 
 from toolfault import Backoff, Guard, Limits, ToolContext, ToolError
 
-
-def _require(name: str) -> ModuleType:
-    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-_require("mcp")
-uvicorn = _require("uvicorn")
+require("mcp")
+uvicorn = require("uvicorn")
 
 from mcp import Client, ClientSession, types  # noqa: E402
 from mcp.server import Server, ServerRequestContext  # noqa: E402

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -13,19 +12,11 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _frameworks import require
 
-
-def _require(name: str) -> ModuleType:
-    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-_require("mcp")
+require("mcp")
 
 from mcp import Client, StdioServerParameters, types  # noqa: E402
 

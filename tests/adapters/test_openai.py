@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _frameworks import require
 
 from toolfault import Guard, ToolError
 from toolfault.adapters.openai import (
@@ -21,15 +20,7 @@ from toolfault.adapters.openai import (
     run_response_function_calls,
 )
 
-
-def _require(name: str) -> ModuleType:
-    """Skip without the framework locally; in CI a missing framework must fail, not skip."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-openai = _require("openai")
+openai = require("openai")
 
 CHAT, RESPONSES = "/v1/chat/completions", "/v1/responses"
 TERMINAL = "Retrying the same call is not allowed."
