@@ -81,8 +81,7 @@ def test_timeout_without_effect_is_retried() -> None:
     def book_flight(flight: str, passenger: str) -> dict[str, str]:
         state["n"] += 1
         if state["n"] == 1:
-            time.sleep(0.2)  # lost before it reached the airline
-            return {}
+            raise TimeoutError("the client gave up before the airline answered")
         return airline.book(flight, passenger)
 
     result = guard.call("book_flight", ARGS)
@@ -212,3 +211,64 @@ def test_raw_exception_in_side_effect_tool_is_unknown_in_ledger() -> None:
     assert "Effect: unknown." in result.text
     assert guard.ledger[-1].effect is Outcome.UNKNOWN
     assert guard.ledger[-1].told == "internal_error"
+
+
+def test_still_running_attempt_is_not_retried_even_if_the_check_says_no() -> None:
+    """While a timed-out attempt still runs, "not landed yet" is unknown: no retry, no duplicate."""
+    airline = Airline()
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+    release = threading.Event()
+
+    @guard.tool(side_effect=True, postcondition=airline.landed, timeout=0.05)
+    def book_flight(flight: str, passenger: str) -> dict[str, str]:
+        release.wait(2)  # slow upstream: lands only after the guard gave up
+        return airline.book(flight, passenger)
+
+    first = guard.call("book_flight", ARGS)
+    assert first.outcome is Outcome.UNKNOWN and first.attempts == 1
+    retry = guard.call("book_flight", ARGS)
+    assert retry.code == "in_progress" and retry.attempts == 0
+    release.set()
+    deadline = time.monotonic() + 2
+    while not airline.bookings and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    after = guard.call("book_flight", ARGS)
+    assert after.outcome is Outcome.APPLIED and after.attempts == 0
+    assert airline.bookings == ["UA1/Ada"]
+
+
+async def test_async_call_of_a_slow_sync_side_effect_is_not_duplicated() -> None:
+    """acall of a sync side-effecting tool keeps its key while the orphaned attempt runs."""
+    airline = Airline()
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+    release = threading.Event()
+
+    @guard.tool(side_effect=True, postcondition=airline.landed, timeout=0.05)
+    def book_flight(flight: str, passenger: str) -> dict[str, str]:
+        release.wait(2)
+        return airline.book(flight, passenger)
+
+    assert (await guard.acall("book_flight", ARGS)).outcome is Outcome.UNKNOWN
+    assert (await guard.acall("book_flight", ARGS)).code == "in_progress"
+    release.set()
+    await asyncio.sleep(0.2)
+    assert (await guard.acall("book_flight", ARGS)).outcome is Outcome.APPLIED
+    assert airline.bookings == ["UA1/Ada"]
+
+
+def test_hanging_postcondition_is_bounded() -> None:
+    """A postcondition that hangs does not hold the call: the effect is reported unknown."""
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+    never = threading.Event()
+
+    @guard.tool(side_effect=True, postcondition=lambda args: never.wait(5), timeout=0.05)
+    def send(to: str) -> str:
+        raise TimeoutError("gateway timed out")
+
+    started = time.monotonic()
+    result = guard.call("send", {"to": "ada"})
+    never.set()
+    assert result.code == "effect_unknown"
+    assert time.monotonic() - started < 4
+    assert IncidentKind.POSTCONDITION_FAILED in [i.kind for i in guard.incidents]

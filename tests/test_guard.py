@@ -710,3 +710,67 @@ def test_fast_success_path_matches_the_general_path() -> None:
     assert events[0].fingerprint == events[1].fingerprint == a.fingerprint
     assert events[0].args == events[1].args == {"user": "ada", "password": "[REDACTED]"}
     assert events[0].to_dict()["type"] == "call"
+
+
+def test_async_tool_behind_a_plain_decorator_is_awaited() -> None:
+    """A coroutine returned by a wrapped async tool is run, not reported as the result."""
+    import functools
+
+    sent: list[str] = []
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            return fn(*a, **k)
+        return wrapper
+
+    async def send_email(to: str) -> str:
+        sent.append(to)
+        return "sent"
+
+    guard = Guard(scan_env_secrets=False)
+    guard.tool(name="send_email")(logged(send_email))
+    assert guard.call("send_email", {"to": "ada"}).text == "sent"
+    assert asyncio.run(guard.acall("send_email", {"to": "bob"})).text == "sent"
+    assert sent == ["ada", "bob"]
+
+
+def test_base_exceptions_from_tools_are_shaped_on_every_path() -> None:
+    """A tool raising a non-Exception BaseException is internal_error, fast path or not."""
+
+    class Abort(BaseException):
+        pass
+
+    for limits in (Limits(), Limits(max_calls_per_turn=100)):
+        guard = Guard(limits=limits, scan_env_secrets=False)
+
+        @guard.tool
+        def explode(x: int) -> int:
+            raise Abort
+
+        assert guard.call("explode", {"x": 1}).code == "internal_error"
+
+
+def test_different_invalid_json_is_not_counted_as_identical() -> None:
+    """Two different malformed argument strings of equal length have separate counters."""
+    guard = Guard(limits=Limits(retry_limit=2), scan_env_secrets=False)
+    guard.tool(name="search")(lambda q, limit: q)
+    a = '{"q": "' + "x" * 70 + '", "limit": 1O}'
+    b = '{"q": "' + "x" * 70 + '", "limit": 10 '
+    assert len(a) == len(b)
+    assert not guard.call("search", a).terminal
+    assert not guard.call("search", b).terminal
+    assert guard.call("search", a).terminal
+
+
+def test_many_keys_are_cheap_to_shape() -> None:
+    """An unknown tool called with a hundred thousand keys is shaped without regex storms."""
+    import time as _time
+
+    guard = Guard(scan_env_secrets=False)
+    guard.tool(name="h")(lambda: "x")
+    args = {f"k{i}": i for i in range(100_000)}
+    started = _time.process_time()
+    assert guard.call("nope", args).code == "unknown_tool"
+    assert guard.call("h", args).code == "invalid_argument"
+    assert _time.process_time() - started < 30  # generous: the old path took minutes here

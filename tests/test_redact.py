@@ -95,3 +95,47 @@ def test_no_secret_ever_appears_in_text(prefix: str, secret: str, suffix: str,
         result = guard.call("tool", args)
         assert secret not in result.text
         assert secret not in json.dumps(result.data, default=str)
+
+
+def test_env_style_assignments_and_escaped_secrets() -> None:
+    """NAME=value secrets in any case and JSON-escaped registered secrets are removed."""
+    redactor = Redactor(['pa"ss\\w0rd-XYZ'], scan_env=False)
+    for text in ("SECRET=hunter2hunter2", "DB_PASSWORD=hunter2hunter2",
+                 "OPENAI_API_KEY=abc123xyz", "client_secret=s3cr3t!"):
+        assert "[REDACTED]" in redactor.secrets(text), text
+    assert redactor.secrets("max_tokens=5") == "max_tokens=5"
+    assert redactor.secrets('{"p": "pa\\"ss\\\\w0rd-XYZ"}') == '{"p": "[REDACTED]"}'
+
+
+def test_secret_named_values_never_echo_in_prose_or_nested() -> None:
+    """A password echoed by the tool's own reason, or a list under api_keys, is redacted."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def signup(user: str, password: str, api_keys: list[str], max_tokens: int) -> str:
+        raise ToolError("invalid_argument", f"password {password} is too weak for {user}")
+
+    result = guard.call("signup", {"user": "bob", "password": "hunter2hunter2",
+                                   "api_keys": ["Zq81xLpQ0aa"], "max_tokens": 5})
+    assert "hunter2hunter2" not in result.text and "Zq81xLpQ0aa" not in result.text
+    assert "for bob" in result.text
+    assert '"max_tokens": 5' in result.text
+
+
+def test_more_infrastructure_shapes_are_removed_from_reasons() -> None:
+    """host:port, FQDNs, IPv6, relative paths and SQL/traceback texts never reach the model."""
+    guard = Guard(scan_env_secrets=False)
+    texts = iter([
+        "could not connect to db-replica-3.prod.acme.io:5432",
+        "config file conf/prod/secrets.yaml is malformed",
+        "upstream [fd00::12]:8443 refused",
+        "SELECT * FROM users WHERE id = 5 failed",
+    ])
+
+    @guard.tool
+    def op(n: int) -> str:
+        raise ValueError(next(texts))
+
+    for leak in ("acme.io", "conf/prod", "fd00", "SELECT"):
+        assert leak not in guard.call("op", {"n": 1}).text
+        guard.new_turn()

@@ -9,6 +9,7 @@ message is the operation's (``ValueError`` → ``invalid_argument``), and even t
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,9 @@ from toolfault._errors import FailureClass, Outcome, ToolError
 
 #: Exceptions raised before a request left the machine: the effect surely did not land.
 _BEFORE_DISPATCH = {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "InvalidURL"}
+#: Exception texts that speak the infrastructure's language, never the operation's.
+_INFRA_TEXT = re.compile(r"Traceback \(most recent|^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b|"
+                         r"\bFROM\s+\w+\s+WHERE\b|File \"", re.IGNORECASE)
 #: Rows whose exception text is the operation's own words, not the infrastructure's.
 _TEXT_IS_REASON = {"invalid_argument", "not_found", "conflict"}
 
@@ -129,8 +133,9 @@ def from_exception(
         names & _BEFORE_DISPATCH
     ):
         outcome = Outcome.UNKNOWN
-    if entry.code in _TEXT_IS_REASON and str(exc).strip():
-        reason = str(exc).strip().strip("'\"")[:240]
+    text = str(exc).strip().strip("'\"")
+    if entry.code in _TEXT_IS_REASON and text.strip(" .") and not _INFRA_TEXT.search(text):
+        reason = text[:240]
     elif entry.code == "timeout":
         reason = f"{tool} did not answer in time"
     elif entry.code == "unavailable":

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import copy
 import difflib
+import hashlib
 import inspect
 import itertools
 import json
@@ -49,7 +50,7 @@ from toolfault._fingerprint import NormalizeSpec, fingerprint
 from toolfault._limits import Limits
 from toolfault._message import echo_args, format_seconds, render_error, render_terminal
 from toolfault._records import Incident, IncidentKind, LedgerEntry
-from toolfault._redact import Redactor
+from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolContext, ToolResult
 from toolfault._returned import default_error_result
 from toolfault._state import Admission, CallKey, DegradingStore, MemoryStore, Store
@@ -116,6 +117,7 @@ class _Call:
     idem: str | None = None
     held: bool = False
     reserved: CallKey | None = None
+    orphan: concurrent.futures.Future[Any] | None = None
     entry: LedgerEntry | None = None
     attempts: int = 0
     dispatched: bool = False
@@ -393,10 +395,17 @@ class Guard:
         cid = call_id or _new_call_id()
         try:
             value = spec.fn(**kwargs)
+            if hasattr(value, "__await__"):  # an async tool behind a plain decorator
+                value = _run_coroutine(value)
         except Exception as exc:
             return self._fast_fallback(spec, args, kwargs, cid, started, exc=exc)
-        except BaseException:
-            raise
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            call = _Call(spec, spec.name, args, cid, started)
+            call.kwargs, call.attempts, call.dispatched = kwargs, 1, True
+            call.key = CallKey(self.task_id, self._turn, "")
+            return self._safe_emit(call, self._crash(call, exc))
         try:
             detector = spec.error_result
             if detector is not None and detector(value):
@@ -706,21 +715,30 @@ class Guard:
 
     def _run_postcondition_sync(self, call: _Call) -> Outcome | None:
         assert call.spec is not None and call.spec.postcondition is not None
+        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
+        limit = _check_limit(call.spec.timeout)
         try:
-            value = call.spec.postcondition(dict(call.kwargs or call.args))
+            future = self._pool().submit(check, args)
+            value = future.result(timeout=limit)
             if inspect.isawaitable(value):
-                value = _run_coroutine(value)
+                value = _run_coroutine(value, timeout=limit)
             return verdict_of(value)
-        except Exception as exc:
+        except Exception as exc:  # a failing or hanging check: the effect stays unknown
             log.info("postcondition of %s failed: %r", call.name, exc)
             return None
 
     async def _run_postcondition_async(self, call: _Call) -> Outcome | None:
         assert call.spec is not None and call.spec.postcondition is not None
+        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
+        limit = _check_limit(call.spec.timeout)
         try:
-            value = call.spec.postcondition(dict(call.kwargs or call.args))
+            if inspect.iscoroutinefunction(inspect.unwrap(check)):
+                value = await asyncio.wait_for(check(args), limit)
+            else:
+                value = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                    self._pool(), check, args), limit)
             if inspect.isawaitable(value):
-                value = await value
+                value = await asyncio.wait_for(value, limit)
             return verdict_of(value)
         except Exception as exc:
             log.info("postcondition of %s failed: %r", call.name, exc)
@@ -741,6 +759,12 @@ class Guard:
                 self.catalog.get("already_applied"),
                 f"an earlier identical {call.name} call took effect, confirmed by a check",
                 outcome=Outcome.APPLIED), count=False)
+        if verdict is Outcome.NO_EFFECT and self._key_held(call):
+            # The earlier attempt is still running: "not landed yet" is not "did not land".
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("in_progress"),
+                f"an identical {call.name} call is still running"), count=False)
         if verdict is Outcome.NO_EFFECT:
             self._put_ledger(replace(entry, effect=Outcome.NO_EFFECT,
                                      confirmed_by="postcondition"))
@@ -815,10 +839,26 @@ class Guard:
             except Exception:  # the reservation expires with its lease
                 pass
         if call.held and call.idem is not None:
-            try:
-                self._store.release(self.task_id, call.idem)
-            except Exception:
-                pass
+            orphan = call.orphan
+            if orphan is not None and not orphan.done():
+                # The timed-out attempt still runs: keep refusing duplicates until it stops,
+                # then record in the effect channel what its late answer says happened.
+                task, idem, store, entry = self.task_id, call.idem, self._store, call.entry
+
+                def settled(done: concurrent.futures.Future[Any]) -> None:
+                    if entry is not None and not done.cancelled() and done.exception() is None:
+                        latest = next((e for e in store.ledger(task)
+                                       if e.call_id == entry.call_id), entry)
+                        _quietly(store.put_ledger, replace(
+                            latest, effect=Outcome.APPLIED, confirmed_by="late return"))
+                    _quietly(store.release, task, idem)
+
+                orphan.add_done_callback(lambda done: _quietly(settled, done))
+            else:
+                try:
+                    self._store.release(self.task_id, call.idem)
+                except Exception:
+                    pass
             call.held = False
 
     def _refund(self, call: _Call) -> None:
@@ -844,12 +884,20 @@ class Guard:
         if spec.is_async:
             return _run_coroutine(spec.fn(**kwargs), timeout=spec.timeout)
         if spec.timeout is None:
-            return spec.fn(**kwargs)
+            value = spec.fn(**kwargs)
+            if hasattr(value, "__await__"):  # an async tool behind a plain decorator
+                value = _run_coroutine(value)
+            return value
         future = self._pool().submit(spec.fn, **kwargs)
         try:
-            return future.result(timeout=spec.timeout)
+            value = future.result(timeout=spec.timeout)
         except concurrent.futures.TimeoutError:
+            if not future.cancel():  # it started and is still running: it may yet land
+                call.orphan = future
             raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+        if hasattr(value, "__await__"):
+            value = _run_coroutine(value, timeout=spec.timeout)
+        return value
 
     async def _invoke_async(self, call: _Call) -> Any:
         spec = call.spec
@@ -860,17 +908,23 @@ class Guard:
         if spec.context_param is not None:
             kwargs = {**kwargs, spec.context_param: self._context(call)}
         if spec.is_async:
-            coro = spec.fn(**kwargs)
-        else:
-            coro = asyncio.get_running_loop().run_in_executor(
-                self._pool(), lambda: spec.fn(**kwargs)
-            )
-        if spec.timeout is None:
-            return await coro
+            try:
+                if spec.timeout is None:
+                    return await spec.fn(**kwargs)
+                return await asyncio.wait_for(spec.fn(**kwargs), spec.timeout)
+            except TimeoutError:
+                raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+        future = self._pool().submit(spec.fn, **kwargs)
         try:
-            return await asyncio.wait_for(coro, spec.timeout)
+            value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                           spec.timeout)
         except TimeoutError:
+            if not future.cancel():
+                call.orphan = future
             raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+        if hasattr(value, "__await__"):
+            value = await asyncio.wait_for(value, spec.timeout)
+        return value
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._executor is None:
@@ -967,7 +1021,13 @@ class Guard:
         return self._outcome_of(call, value) or _Value(value)
 
     def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call) -> Failure:
-        """Apply a postcondition's verdict to an uncertain failure."""
+        """Apply a postcondition's verdict to an uncertain failure.
+
+        "Not landed" is only believed once the timed-out attempt has stopped: while it still
+        runs, "not yet" is not "no", and the outcome stays unknown.
+        """
+        if verdict is Outcome.NO_EFFECT and call.orphan is not None and not call.orphan.done():
+            verdict = None
         if verdict is Outcome.APPLIED:
             applied = from_entry(
                 self.catalog.get("already_applied"),
@@ -980,8 +1040,8 @@ class Guard:
             failure.outcome = Outcome.NO_EFFECT
             failure.values["confirmed"] = False
             return failure
-        if self._tools and call.spec is not None:
-            failure.values["postcondition_failed"] = True
+        self._incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
+                       "the effect of a timed-out call could not be verified")
         return from_entry(
             self.catalog.get("effect_unknown"),
             f"{call.name} did not answer in time and a check could not tell whether it "
@@ -1105,17 +1165,21 @@ class Guard:
     @staticmethod
     def _param_in(call: _Call, reason: str) -> str | None:
         """The argument a reason is about: named in it, or the only one there is."""
-        keys: list[str] = []
+        params = list(call.spec.params) if call.spec is not None else []
+        arg_keys: list[str] = []
         if isinstance(call.args, dict):
-            keys = [k for k in call.args if isinstance(k, str) and k]
-        if call.spec is not None:
-            keys += [k for k in call.spec.params if k not in keys]
-        lowered = reason.lower()
+            arg_keys = [k for k in itertools.islice(call.args, 64) if isinstance(k, str) and k]
+        keys = params + [k for k in arg_keys if k not in params]
+        words = {w.rstrip(".") for w in _WORDS.findall(reason)}
         for key in keys:
-            if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", reason):
+            if key in words:
                 return key
+        lowered = " ".join(reason.lower().split())
         for key in keys:
-            if re.search(rf"\b{re.escape(key.lower().replace('_', ' '))}\b", lowered):
+            phrase = key.lower().replace("_", " ")
+            if " " in phrase and phrase in lowered:
+                return key
+            if phrase in {w.lower() for w in words}:
                 return key
         if isinstance(call.args, dict) and len(call.args) == 1 and keys:
             return keys[0]
@@ -1164,7 +1228,8 @@ class Guard:
     def _four_part(self, call: _Call, failure: Failure, args_text: str,
                    alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
         entry = failure.entry
-        allow = _strings_in(call.args)
+        hidden = self.redactor.hidden_values(call.args)
+        allow = [a for a in _strings_in(call.args) if a not in hidden]
         values: dict[str, object] = {
             "tool": call.name,
             "code": failure.code,
@@ -1176,12 +1241,15 @@ class Guard:
             "nearest": failure.values.get("nearest"),
         }
         values["reason"] = failure.reason
-        reason = self.redactor.prose(fill(entry.reason, values), allow=allow)
+        reason = _without(self.redactor.prose(fill(entry.reason, values), allow=allow), hidden)
+        if not reason.strip(" ."):
+            reason = entry.summary or f"{call.name} failed"
         if failure.next_action:
             next_action = failure.next_action
         else:
             next_action = fill(entry.next_action, values)
-        next_action = self.redactor.prose(next_action.rstrip(". "), allow=allow)
+        next_action = _without(self.redactor.prose(next_action.rstrip(". "), allow=allow),
+                               hidden)
         mentioned = [a for a in alternatives if a.name in next_action]
         extra = [a for a in alternatives if a not in mentioned]
         if extra and failure.outcome is not Outcome.APPLIED:
@@ -1220,10 +1288,12 @@ class Guard:
         if call.spec is None:
             call.spec = self._tools.get(call.name)
         try:
-            call.fp = fingerprint("__invalid__", {"tool": call.name, "raw": echo_args(raw)})
-            call.key = CallKey(self.task_id, self._turn, call.fp)
-        except (ValueError, TypeError, RecursionError):
-            call.key = None
+            basis = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True, default=repr)
+        except (TypeError, ValueError, RecursionError):
+            basis = echo_args(raw)  # bounded depth: safe for cyclic or absurdly deep values
+        call.fp = hashlib.sha256(f"__invalid__\x00{call.name}\x00{basis}".encode(
+            "utf-8", "surrogatepass")).hexdigest()
+        call.key = CallKey(self.task_id, self._turn, call.fp)
         return self._fail(call, from_entry(self.catalog.get(code), reason))
 
     def _unknown_tool(self, call: _Call) -> ToolResult:
@@ -1353,6 +1423,7 @@ class _LazyFingerprint:
 
 
 _SIMPLE = (int, bool, type(None))
+_WORDS = re.compile(r"(?<![\w.])[\w.\-]+")
 _NAME_JUNK = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -1374,6 +1445,26 @@ def _flat_simple(args: dict[str, Any]) -> bool:
         elif kind not in _SIMPLE:
             return False
     return True
+
+
+def _without(text: str, hidden: set[str]) -> str:
+    """Replace values the model passed under secret-named arguments."""
+    for value in sorted(hidden, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def _check_limit(timeout: float | None) -> float:
+    """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
+    return max(1.0, timeout) if timeout is not None else 10.0
+
+
+def _quietly(op: Callable[..., Any], *args: Any) -> None:
+    try:
+        op(*args)
+    except Exception:  # noqa: BLE001 - a background release; the key's TTL is the backstop
+        pass
 
 
 def _strings_in(args: Any) -> list[str]:

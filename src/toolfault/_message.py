@@ -14,10 +14,10 @@ from typing import Any
 from toolfault._errors import Outcome
 
 #: Display limits for echoed arguments: long values are shortened, never the message budget.
-MAX_STRING = 80
+MAX_STRING = 64
 MAX_ITEMS = 8
 MAX_DEPTH = 4
-MAX_ARGS_CHARS = 360
+MAX_ARGS_CHARS = 300
 
 EFFECT_WORD = {Outcome.NO_EFFECT: "none", Outcome.UNKNOWN: "unknown", Outcome.APPLIED: "applied"}
 

@@ -205,7 +205,7 @@ def build_spec(
 
 
 def _is_coroutine_callable(fn: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn)):
         return True
     dunder = getattr(type(fn), "__call__", None)  # noqa: B004 - async callable objects
     return inspect.iscoroutinefunction(dunder)
