@@ -774,3 +774,20 @@ def test_many_keys_are_cheap_to_shape() -> None:
     assert guard.call("nope", args).code == "unknown_tool"
     assert guard.call("h", args).code == "invalid_argument"
     assert _time.process_time() - started < 30  # generous: the old path took minutes here
+
+
+def test_wide_tools_keep_validation_messages_near_the_budget() -> None:
+    """Two bad arguments on an eight-parameter tool still fit about 100 tokens."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool(alternatives={"search_any": "if no budget constraint applies"})
+    def search(origin: str, destination: str, date: str, cabin: str = "economy",
+               passengers: Annotated[int, Field(ge=1, le=9)] = 1, max_price: float = 0.0,
+               nonstop: bool = False, airline: str = "") -> str:
+        return "ok"
+
+    result = guard.call("search", {"origin": "SFO", "destination": "JFK", "date": "2025-01-02",
+                                   "passengers": "two", "nonstop": "maybe", "seat": "aisle"})
+    assert result.code == "invalid_argument"
+    assert count_tokens(result.text) <= 110
+    assert "an integer from 1 to 9" in result.text

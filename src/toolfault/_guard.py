@@ -607,6 +607,7 @@ class Guard:
             failure = from_entry(self.catalog.get("invalid_argument"), reason,
                                  next_action=first.next_action, param=first.param)
             failure.expected = first.expected
+            failure.values["first_reason"] = first.reason
             return self._fail(call, failure)
         call.kwargs = kwargs
         return None
@@ -1255,13 +1256,27 @@ class Guard:
         if extra and failure.outcome is not Outcome.APPLIED:
             next_action += "".join(f", or {a.phrase()}" for a in extra[:2])
         retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
-        rendered = render_error(
-            tool=call.name, code=failure.code, reason=reason, args_text=args_text,
-            outcome=failure.outcome, retryable=retryable, retry_after=failure.retry_after,
-            next_action=next_action, title=entry.summary,
-            failure_class=failure.failure_class.value,
-        )
-        return rendered.text, rendered.problem
+        def render(reason: str, args_text: str) -> tuple[str, dict[str, Any]]:
+            rendered = render_error(
+                tool=call.name, code=failure.code, reason=reason, args_text=args_text,
+                outcome=failure.outcome, retryable=retryable, retry_after=failure.retry_after,
+                next_action=next_action, title=entry.summary,
+                failure_class=failure.failure_class.value,
+            )
+            return rendered.text, rendered.problem
+
+        text, problem = render(reason, args_text)
+        budget = self.catalog.token_budget
+        if count_tokens(text) > budget:
+            # Over budget: keep the first problem only, then echo less of the arguments.
+            first = failure.values.get("first_reason")
+            if isinstance(first, str):
+                reason = _without(self.redactor.prose(first, allow=allow), hidden)
+                text, problem = render(reason, args_text)
+            if count_tokens(text) > budget:
+                short = echo_args(self.redactor.value(call.args), max_chars=160)
+                text, problem = render(reason, short)
+        return text, problem
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
                       problem: dict[str, Any], *, terminal: bool, blocked: bool = False

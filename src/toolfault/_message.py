@@ -51,14 +51,14 @@ def _shrink(value: Any, depth: int = 0) -> Any:
     return repr(value)[:MAX_STRING]
 
 
-def echo_args(args: Any) -> str:
+def echo_args(args: Any, *, max_chars: int = MAX_ARGS_CHARS) -> str:
     """Arguments as the model sent them (key order kept), shortened to fit the budget."""
     try:
         text = json.dumps(_shrink(args), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
-        text = json.dumps(repr(args)[:MAX_ARGS_CHARS])
-    if len(text) > MAX_ARGS_CHARS:
-        text = f"{text[:MAX_ARGS_CHARS - 40]}…(truncated, {len(text)} chars in all)"
+        text = json.dumps(repr(args)[:max_chars])
+    if len(text) > max_chars:
+        text = f"{text[:max_chars - 40]}…(truncated, {len(text)} chars in all)"
     return text
 
 

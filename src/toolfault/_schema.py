@@ -69,6 +69,10 @@ def describe(schema: Mapping[str, Any]) -> str:
         return " or ".join(words.get(str(k), str(k)) for k in kind)
     base = words.get(str(kind), "a valid value") if kind else "a valid value"
     bounds = []
+    if "minimum" in schema and "maximum" in schema:
+        schema = {k: v for k, v in schema.items() if k not in ("minimum", "maximum")} | {
+            "_range": f"from {schema['minimum']} to {schema['maximum']}"}
+        bounds.append(schema["_range"])
     for key, word in (
         ("exclusiveMinimum", "greater than"), ("minimum", "at least"),
         ("exclusiveMaximum", "less than"), ("maximum", "at most"),
@@ -188,13 +192,13 @@ class PydanticValidator:
                 f"call {self._tool} again and include {param} as {expected}",
             )
         if kind == "extra_forbidden":
-            valid = ", ".join(self.params) or "none"
+            valid = _names(self.params)
             return ArgumentProblem(
                 param, "unexpected", f"{where} is not a parameter of {self._tool} "
                 f"(parameters: {valid})", expected,
                 f"call {self._tool} again without {param}",
             )
-        message = str(err.get("msg", "is invalid"))
+        message = str(err.get("msg", "is invalid")).split(", unable to", 1)[0]
         message = re.sub(r"^Input should", "should", message)
         message = message[0].lower() + message[1:] if message else "is invalid"
         constraint = kind in {
@@ -249,7 +253,7 @@ class JsonSchemaValidator:
         if error.validator == "additionalProperties":
             extra = re.findall(r"'([^']+)'", error.message)
             param = extra[0] if extra else "arguments"
-            valid = ", ".join(self.params) or "none"
+            valid = _names(self.params)
             return ArgumentProblem(
                 param, "unexpected",
                 f"{param} is not a parameter of {self._tool} (parameters: {valid})",
@@ -264,6 +268,14 @@ class JsonSchemaValidator:
             param, kind, f"{where} must be {expected}", expected,
             f"call {self._tool} again with {param} as {expected}",
         )
+
+
+def _names(params: tuple[str, ...], limit: int = 6) -> str:
+    """Parameter names for a message, bounded so a wide tool keeps the message short."""
+    if not params:
+        return "none"
+    shown = ", ".join(params[:limit])
+    return shown + (f", … ({len(params)} in all)" if len(params) > limit else "")
 
 
 def _has_non_finite(value: Any, depth: int = 0) -> bool:
