@@ -791,3 +791,16 @@ def test_wide_tools_keep_validation_messages_near_the_budget() -> None:
     assert result.code == "invalid_argument"
     assert count_tokens(result.text) <= 110
     assert "an integer from 1 to 9" in result.text
+
+
+def test_alternative_comes_before_stop_and_report() -> None:
+    """When the catalog says stop, a named alternative is offered first."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool(alternatives=["read_public_copy"])
+    def read_secret_file(name: str) -> str:
+        raise PermissionError("denied")
+
+    text = guard.call("read_secret_file", {"name": "plan"}).text
+    assert text.endswith("Next action: call read_public_copy, or stop and report to the user "
+                         "that permission is missing.")

@@ -1254,7 +1254,11 @@ class Guard:
         mentioned = [a for a in alternatives if a.name in next_action]
         extra = [a for a in alternatives if a not in mentioned]
         if extra and failure.outcome is not Outcome.APPLIED:
-            next_action += "".join(f", or {a.phrase()}" for a in extra[:2])
+            moves = ", or ".join(a.phrase() for a in extra[:2])
+            if next_action.startswith("stop"):  # the alternative first, stopping last
+                next_action = f"{moves}, or {next_action}"
+            else:
+                next_action = f"{next_action}, or {moves}"
         retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
         def render(reason: str, args_text: str) -> tuple[str, dict[str, Any]]:
             rendered = render_error(

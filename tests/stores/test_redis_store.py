@@ -61,10 +61,11 @@ def test_two_workers_never_exceed_the_retry_cap(redis_url: str, prefix: str) -> 
     assert runs >= 1
     for calls in results:
         assert not any(r["ok"] for r in calls)
-        assert calls[-1]["terminal"] and calls[-1]["blocked"]
-        assert calls[-1]["code"] == "invalid_argument"
-        # in_progress: refused while the other worker's identical attempt was running
+        # in_progress: refused while the other worker's identical attempt was running (a
+        # worker may use up all its calls that way when the other one starts slowly)
         assert {r["code"] for r in calls} <= {"invalid_argument", "in_progress"}
+        assert calls[-1]["code"] in ("invalid_argument", "in_progress")
+    assert any(calls[-1]["terminal"] and calls[-1]["blocked"] for calls in results)
 
 
 def test_an_identical_call_in_flight_is_not_run_again(redis_url: str, prefix: str) -> None:
