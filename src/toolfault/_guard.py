@@ -16,14 +16,12 @@ import inspect
 import itertools
 import json
 import logging
-import os
 import random
 import re
-import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, overload
 
@@ -37,8 +35,11 @@ from tenacity import (
 )
 
 from toolfault import _trace
+from toolfault._budget import BudgetMixin
+from toolfault._call import _Call, _new_call_id, _Retry, _run_coroutine, _Value
 from toolfault._catalog import Catalog, fill
 from toolfault._classify import Failure, from_entry, from_exception
+from toolfault._effects import EffectsMixin
 from toolfault._errors import (
     ConfigurationError,
     FailureClass,
@@ -61,7 +62,6 @@ from toolfault._tool import (
     Postcondition,
     ToolSpec,
     build_spec,
-    verdict_of,
 )
 
 log = logging.getLogger("toolfault")
@@ -72,60 +72,11 @@ Mode = Literal["observe", "shape", "enforce"]
 _UNSET: Any = object()
 _NOT_JSON = object()
 _MAX_JSON_CHARS = 2_000_000
-_ids = itertools.count(1)
-_id_prefix = secrets.token_hex(6)
-
-
-def _reseed_ids() -> None:
-    global _id_prefix
-    _id_prefix = secrets.token_hex(6)
-
-
-os.register_at_fork(after_in_child=_reseed_ids)
-
-
-def _new_call_id() -> str:
-    """Unique across processes and hosts (workers sharing a task share one ledger), cheaply."""
-    return f"call_{_id_prefix}_{next(_ids)}"
-
-
-class _Retry(Exception):
-    """Raised inside the retry loop to ask tenacity for another attempt."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.code)
-        self.failure = failure
-
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid JSON number")
 
 
-@dataclass(slots=True)
-class _Call:
-    """One call in progress (internal)."""
-
-    spec: ToolSpec | None
-    name: str
-    args: Any
-    call_id: str
-    started: float
-    fp: str = ""
-    key: CallKey | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    admission: Admission | None = None
-    idem: str | None = None
-    held: bool = False
-    reserved: CallKey | None = None
-    orphan: concurrent.futures.Future[Any] | None = None
-    entry: LedgerEntry | None = None
-    attempts: int = 0
-    dispatched: bool = False
-    span: Any = None
-    shadow: dict[str, Any] = field(default_factory=dict)
-
-
-class Guard:
+class Guard(EffectsMixin, BudgetMixin):
     """Wraps tools so that no failure can loop the agent.
 
     >>> guard = Guard(limits=Limits(retry_limit=3))
@@ -371,11 +322,13 @@ class Guard:
 
     def _fast_ready(self) -> bool:
         """No budgets, local state, enforce mode, and no failure yet in this turn."""
+        limits = self.limits
+        store = self._store
         return (
             self._clean_turn_known and self.mode == "enforce"
-            and self.limits.max_calls_per_turn is None and self.limits.max_spend_per_task is None
-            and not self._store.degraded
-            and not self._store.primary.has_failures(self.task_id, self._turn)  # type: ignore[attr-defined]
+            and limits.max_calls_per_turn is None and limits.max_spend_per_task is None
+            and store._down_since is None
+            and not store.primary.has_failures(self.task_id, self._turn)  # type: ignore[attr-defined]
         )
 
     def _fast_call(self, spec: ToolSpec, args: dict[str, Any], call_id: str | None
@@ -388,9 +341,16 @@ class Guard:
         """
         if not _flat_simple(args):
             return None
-        kwargs, problems = spec.validator.validate(args)
-        if problems:
-            return None
+        fast_validate = spec.fast_validate
+        if fast_validate is not None:
+            try:
+                kwargs = fast_validate(args)
+            except Exception:  # a validation problem: the general path words it
+                return None
+        else:
+            kwargs, problems = spec.validator.validate(args)
+            if problems:
+                return None
         started = time.monotonic()
         cid = call_id or _new_call_id()
         try:
@@ -415,15 +375,21 @@ class Guard:
             return self._fast_fallback(spec, args, kwargs, cid, started, value=_Value(value))
         lazy_fp = _LazyFingerprint(spec, args)
         result = ToolResult(spec.name, True, text, data, 1, cid, None, lazy_fp)
-        if self._observers and not _trace.tracing_active():
+        observers = self._observers
+        if observers and not _trace.tracing_active():
             redact = self.redactor.value
             try:
-                _trace.safe_notify(self._observers, _trace.CallEvent._success(
+                event = _trace.CallEvent._success(
                     spec.name, cid, self.task_id, self._turn, lazy_fp, self.mode,
                     lambda: redact(args), time.monotonic() - started, time.time(),
-                ))
+                )
             except Exception:  # noqa: BLE001 - observing must never break the call
-                pass
+                return result
+            for observer in observers:
+                try:
+                    observer(event)
+                except Exception:  # noqa: BLE001 - observers are user code
+                    pass
             return result
         if self._observers or _trace.tracing_active():
             call = _Call(spec, spec.name, args, cid, started)
@@ -680,195 +646,6 @@ class Guard:
         )
         return _NOT_JSON
 
-    # -- side effects ---------------------------------------------------------------------
-    def _idempotency_key(self, call: _Call) -> str:
-        spec = call.spec
-        assert spec is not None
-        if spec.idempotency_key is not None:
-            try:
-                return str(spec.idempotency_key(call.kwargs or call.args))
-            except Exception:
-                pass
-        return f"{spec.name}:{call.fp}"
-
-    def _pending_effect(self, call: _Call) -> LedgerEntry | None:
-        call.idem = self._idempotency_key(call)
-        try:
-            entries = self._store.ledger(self.task_id)
-        except StateUnavailableError:
-            return None
-        for entry in reversed(entries):
-            if entry.idempotency_key == call.idem and entry.effect is not Outcome.NO_EFFECT:
-                if entry.effect is Outcome.APPLIED and entry.told == "ok":
-                    return None  # a confirmed success: a new identical call is a new action
-                return entry
-        return None
-
-    def _check_sync(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
-        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
-            return entry.effect if entry.effect is Outcome.APPLIED else None
-        return self._run_postcondition_sync(call)
-
-    async def _check_async(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
-        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
-            return entry.effect if entry.effect is Outcome.APPLIED else None
-        return await self._run_postcondition_async(call)
-
-    def _run_postcondition_sync(self, call: _Call) -> Outcome | None:
-        assert call.spec is not None and call.spec.postcondition is not None
-        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
-        limit = _check_limit(call.spec.timeout)
-        try:
-            future = self._pool().submit(check, args)
-            value = future.result(timeout=limit)
-            if inspect.isawaitable(value):
-                value = _run_coroutine(value, timeout=limit)
-            return verdict_of(value)
-        except Exception as exc:  # a failing or hanging check: the effect stays unknown
-            log.info("postcondition of %s failed: %r", call.name, exc)
-            return None
-
-    async def _run_postcondition_async(self, call: _Call) -> Outcome | None:
-        assert call.spec is not None and call.spec.postcondition is not None
-        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
-        limit = _check_limit(call.spec.timeout)
-        try:
-            if inspect.iscoroutinefunction(inspect.unwrap(check)):
-                value = await asyncio.wait_for(check(args), limit)
-            else:
-                value = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-                    self._pool(), check, args), limit)
-            if inspect.isawaitable(value):
-                value = await asyncio.wait_for(value, limit)
-            return verdict_of(value)
-        except Exception as exc:
-            log.info("postcondition of %s failed: %r", call.name, exc)
-            return None
-
-    def _after_precheck(self, call: _Call, entry: LedgerEntry, verdict: Outcome | None
-                        ) -> ToolResult | None:
-        if verdict is Outcome.APPLIED:
-            self._put_ledger(replace(entry, effect=Outcome.APPLIED,
-                                     confirmed_by="postcondition"))
-            if entry.told not in (None, "ok") and entry.told_effect is not Outcome.APPLIED:
-                self._incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
-                               f"model was told {entry.told} (effect "
-                               f"{(entry.told_effect or Outcome.UNKNOWN).value}) but the effect "
-                               "landed")
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("already_applied"),
-                f"an earlier identical {call.name} call took effect, confirmed by a check",
-                outcome=Outcome.APPLIED), count=False)
-        if verdict is Outcome.NO_EFFECT and self._key_held(call):
-            # The earlier attempt is still running: "not landed yet" is not "did not land".
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
-        if verdict is Outcome.NO_EFFECT:
-            self._put_ledger(replace(entry, effect=Outcome.NO_EFFECT,
-                                     confirmed_by="postcondition"))
-            return None
-        if entry.in_flight and self._key_held(call):
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
-        self._refund(call)
-        return self._fail(call, from_entry(
-            self.catalog.get("effect_unknown"),
-            f"an earlier identical {call.name} call may have taken effect and could not be "
-            "verified"))
-
-    def _key_held(self, call: _Call) -> bool:
-        assert call.idem is not None
-        try:
-            got = self._store.acquire(self.task_id, f"probe:{call.idem}", 0.001)
-            held = not self._store.acquire(self.task_id, call.idem, 0.001)
-            if not held:
-                self._store.release(self.task_id, call.idem)
-            if got:
-                self._store.release(self.task_id, f"probe:{call.idem}")
-            return held
-        except StateUnavailableError:
-            return False
-
-    def _claim(self, call: _Call) -> ToolResult | None:
-        spec = call.spec
-        assert spec is not None
-        if call.idem is None:
-            call.idem = self._idempotency_key(call)
-        ttl = max(30.0, 4 * (spec.timeout or 30.0))
-        try:
-            call.held = self._store.acquire(self.task_id, call.idem, ttl)
-        except StateUnavailableError:
-            return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
-                                               "the agent's shared safety state is unreachable"),
-                              count=False)
-        if not call.held:
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
-        self._record_dispatch(call)
-        return None
-
-    def _record_dispatch(self, call: _Call) -> None:
-        """Write the ledger entry before dispatch, so a crash mid-call leaves a trace."""
-        assert call.spec is not None
-        if call.idem is None:
-            call.idem = self._idempotency_key(call)
-        call.entry = LedgerEntry(
-            call_id=call.call_id, task=self.task_id, tool=call.spec.name, fingerprint=call.fp,
-            idempotency_key=call.idem, args=self.redactor.value(call.args),
-            effect=Outcome.UNKNOWN,
-        )
-        self._put_ledger(call.entry)
-
-    def _put_ledger(self, entry: LedgerEntry) -> None:
-        try:
-            self._store.put_ledger(entry)
-        except StateUnavailableError:
-            self._store.fallback.put_ledger(entry)
-
-    def _release(self, call: _Call) -> None:
-        if call.reserved is not None:
-            key, call.reserved = call.reserved, None
-            try:
-                self._store.settle(key)
-            except Exception:  # the reservation expires with its lease
-                pass
-        if call.held and call.idem is not None:
-            orphan = call.orphan
-            if orphan is not None and not orphan.done():
-                # The timed-out attempt still runs: keep refusing duplicates until it stops,
-                # then record in the effect channel what its late answer says happened.
-                task, idem, store, entry = self.task_id, call.idem, self._store, call.entry
-
-                def settled(done: concurrent.futures.Future[Any]) -> None:
-                    if entry is not None and not done.cancelled() and done.exception() is None:
-                        latest = next((e for e in store.ledger(task)
-                                       if e.call_id == entry.call_id), entry)
-                        _quietly(store.put_ledger, replace(
-                            latest, effect=Outcome.APPLIED, confirmed_by="late return"))
-                    _quietly(store.release, task, idem)
-
-                orphan.add_done_callback(lambda done: _quietly(settled, done))
-            else:
-                try:
-                    self._store.release(self.task_id, call.idem)
-                except Exception:
-                    pass
-            call.held = False
-
-    def _refund(self, call: _Call) -> None:
-        if call.spec is not None and call.spec.cost and call.admission is not None:
-            try:
-                self._store.refund(self.task_id, call.spec.cost)
-            except Exception:
-                pass
-
     # -- dispatch -------------------------------------------------------------------------
     def _context(self, call: _Call) -> ToolContext:
         return ToolContext(call.name, call.call_id, self.task_id, self._turn, call.attempts,
@@ -1021,35 +798,6 @@ class Guard:
             return failure
         return self._outcome_of(call, value) or _Value(value)
 
-    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call) -> Failure:
-        """Apply a postcondition's verdict to an uncertain failure.
-
-        "Not landed" is only believed once the timed-out attempt has stopped: while it still
-        runs, "not yet" is not "no", and the outcome stays unknown.
-        """
-        if verdict is Outcome.NO_EFFECT and call.orphan is not None and not call.orphan.done():
-            verdict = None
-        if verdict is Outcome.APPLIED:
-            applied = from_entry(
-                self.catalog.get("already_applied"),
-                f"{call.name} did not answer in time, but a check confirmed it took effect",
-                outcome=Outcome.APPLIED, cause=failure.cause,
-            )
-            applied.values["confirmed"] = True
-            return applied
-        if verdict is Outcome.NO_EFFECT:
-            failure.outcome = Outcome.NO_EFFECT
-            failure.values["confirmed"] = False
-            return failure
-        self._incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
-                       "the effect of a timed-out call could not be verified")
-        return from_entry(
-            self.catalog.get("effect_unknown"),
-            f"{call.name} did not answer in time and a check could not tell whether it "
-            "took effect",
-            cause=failure.cause,
-        )
-
     def _dispatch_sync(self, call: _Call) -> _Value | Failure:
         try:
             first: _Value | Failure = self._attempt_sync(call)
@@ -1131,8 +879,8 @@ class Guard:
             return "null", None
         else:
             try:
-                text = _TEXT.encode(value)
-            except (TypeError, ValueError):
+                text = _encode_text(value)
+            except (TypeError, ValueError, RecursionError):
                 try:
                     text = json.dumps(value, ensure_ascii=False, default=_json_default)
                 except (TypeError, ValueError):
@@ -1330,21 +1078,6 @@ class Guard:
         call.key = CallKey(self.task_id, self._turn, call.fp)
         return self._fail(call, failure)
 
-    def _budget_exceeded(self, call: _Call, adm: Admission) -> ToolResult | None:
-        if adm.over == "calls_per_turn":
-            reason = (f"this turn already made {adm.calls_in_turn} tool calls, the limit per "
-                      "turn")
-        else:
-            cost = call.spec.cost if call.spec else 0.0
-            reason = (f"this task has spent {adm.spend:g} of its {self.limits.max_spend_per_task:g}"
-                      f" budget and {call.name} costs {cost:g}")
-        if self.mode != "enforce":
-            call.shadow["would_exceed_budget"] = adm.over
-            return None
-        self._incident(IncidentKind.BUDGET_EXCEEDED, call.name, "budget_exceeded", reason)
-        return self._fail(call, from_entry(self.catalog.get("budget_exceeded"), reason),
-                          count=False)
-
     def _pack(self, call: _Call, failure: Failure) -> str:
         param = failure.param or self._param_in(call, failure.reason)
         return f"{failure.code}:{param}" if param else failure.code
@@ -1424,11 +1157,6 @@ class Guard:
         return result
 
 
-@dataclass(frozen=True, slots=True)
-class _Value:
-    value: Any
-
-
 class _LazyFingerprint:
     """Computes a result's fingerprint only if someone asks (ToolResult resolves callables)."""
 
@@ -1452,6 +1180,25 @@ def _display_name(name: str) -> str:
     return cleaned or "unnamed_tool"
 
 _TEXT = json.JSONEncoder(ensure_ascii=False)
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _no_default(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+if _C_MAKE_ENCODER is not None:
+    # Built once: JSONEncoder.encode builds the C encoder again on every call.  No cycle
+    # markers (shared across threads); a cycle raises RecursionError and takes the slow path.
+    _C_TEXT = _C_MAKE_ENCODER(None, _no_default, json.encoder.encode_basestring, None, ": ",
+                              ", ", False, False, True)
+
+    def _encode_text(value: Any) -> str:
+        return "".join(_C_TEXT(value, 0))
+else:  # pragma: no cover - CPython without the _json accelerator
+
+    def _encode_text(value: Any) -> str:
+        return _TEXT.encode(value)
 
 
 def _flat_simple(args: dict[str, Any]) -> bool:
@@ -1472,18 +1219,6 @@ def _without(text: str, hidden: set[str]) -> str:
         if value in text:
             text = text.replace(value, REDACTED)
     return text
-
-
-def _check_limit(timeout: float | None) -> float:
-    """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
-    return max(1.0, timeout) if timeout is not None else 10.0
-
-
-def _quietly(op: Callable[..., Any], *args: Any) -> None:
-    try:
-        op(*args)
-    except Exception:  # noqa: BLE001 - a background release; the key's TTL is the backstop
-        pass
 
 
 def _strings_in(args: Any) -> list[str]:
@@ -1532,25 +1267,6 @@ def _unpack_call(item: Any) -> tuple[str, Any, str | None]:
     args = getattr(item, "arguments", getattr(item, "input", getattr(item, "args", None)))
     cid = getattr(item, "call_id", None) or getattr(item, "id", None)
     return str(name), args, cid
-
-
-def _run_coroutine(awaitable: Awaitable[Any], *, timeout: float | None = None) -> Any:
-    """Run a coroutine from sync code, also when this thread already runs an event loop."""
-
-    async def runner() -> Any:
-        if timeout is None:
-            return await awaitable
-        try:
-            return await asyncio.wait_for(awaitable, timeout)
-        except TimeoutError:
-            raise TimeoutError(f"timed out after {timeout}s") from None
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(runner())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, runner()).result()
 
 
 def _async_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:

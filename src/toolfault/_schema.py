@@ -130,7 +130,7 @@ def context_params(fn: Callable[..., Any], context_type: type) -> set[str]:
 class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
-    __slots__ = ("_adapter", "_tool", "params", "required", "schema")
+    __slots__ = ("_adapter", "_tool", "fast_validate", "params", "required", "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
@@ -158,6 +158,9 @@ class PydanticValidator:
             extra="allow" if extra_allowed else "forbid", allow_inf_nan=False
         )
         self._adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(typed)
+        #: pydantic-core's own entry point: raises ValidationError, skips TypeAdapter's wrapper.
+        self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = (
+            self._adapter.validator.validate_python)
         self.schema = _clean_schema(self._adapter.json_schema())
         self.schema.pop("additionalProperties", None) if extra_allowed else None
         if not extra_allowed:

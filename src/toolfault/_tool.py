@@ -109,12 +109,16 @@ class ToolSpec:
     context_param: str | None = None
     param_docs: dict[str, str] = field(default_factory=dict)
     explicit_schema: bool = False
+    #: A sync, side-effect-free tool without timeout or context: eligible for the fast path.
+    plain: bool = field(init=False, default=False)
+    #: The raw pydantic-core validator (raises on bad input), for the fast path; or None.
+    fast_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
+        init=False, default=None, repr=False)
 
-    @property
-    def plain(self) -> bool:
-        """A sync, side-effect-free tool without timeout or context: eligible for the fast path."""
-        return not (self.side_effect or self.is_async or self.timeout is not None
-                    or self.context_param is not None)
+    def __post_init__(self) -> None:
+        self.plain = not (self.side_effect or self.is_async or self.timeout is not None
+                          or self.context_param is not None)
+        self.fast_validate = getattr(self.validator, "fast_validate", None)
 
     @property
     def schema(self) -> dict[str, Any]:

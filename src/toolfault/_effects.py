@@ -1,0 +1,276 @@
+"""Side effects: a timed-out call is verified before any retry and never duplicated.
+
+A ``side_effect=True`` tool gets an idempotency key (argument fields, a function, or the
+fingerprint), a ledger entry written *before* dispatch (so a crash mid-call leaves "effect
+unknown" behind), and, whenever the outcome is uncertain, a postcondition check before the
+guard or the model may call it again.  The ledger keeps what the model was told (response
+channel) apart from what happened (effect channel); a mismatch is an incident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from toolfault._call import _Call, _run_coroutine
+from toolfault._catalog import Catalog
+from toolfault._classify import Failure, from_entry
+from toolfault._errors import Outcome, StateUnavailableError
+from toolfault._records import IncidentKind, LedgerEntry
+from toolfault._redact import Redactor
+from toolfault._result import ToolResult
+from toolfault._state import DegradingStore
+from toolfault._tool import verdict_of
+
+log = logging.getLogger("toolfault")
+
+
+class EffectsMixin:
+    """The guard's side-effect handling (mixed into :class:`~toolfault.Guard`)."""
+
+    _store: DegradingStore
+    task_id: str
+    catalog: Catalog
+    mode: str
+    redactor: Redactor
+
+    if TYPE_CHECKING:
+        def _fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
+            ...
+
+        def _refund(self, call: _Call) -> None: ...
+
+        def _incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
+            ...
+
+        def _pool(self) -> concurrent.futures.ThreadPoolExecutor: ...
+
+    def _idempotency_key(self, call: _Call) -> str:
+        spec = call.spec
+        assert spec is not None
+        if spec.idempotency_key is not None:
+            try:
+                return str(spec.idempotency_key(call.kwargs or call.args))
+            except Exception:
+                pass
+        return f"{spec.name}:{call.fp}"
+
+    def _pending_effect(self, call: _Call) -> LedgerEntry | None:
+        call.idem = self._idempotency_key(call)
+        try:
+            entries = self._store.ledger(self.task_id)
+        except StateUnavailableError:
+            return None
+        for entry in reversed(entries):
+            if entry.idempotency_key == call.idem and entry.effect is not Outcome.NO_EFFECT:
+                if entry.effect is Outcome.APPLIED and entry.told == "ok":
+                    return None  # a confirmed success: a new identical call is a new action
+                return entry
+        return None
+
+    def _check_sync(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
+        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
+            return entry.effect if entry.effect is Outcome.APPLIED else None
+        return self._run_postcondition_sync(call)
+
+    async def _check_async(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
+        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
+            return entry.effect if entry.effect is Outcome.APPLIED else None
+        return await self._run_postcondition_async(call)
+
+    def _run_postcondition_sync(self, call: _Call) -> Outcome | None:
+        assert call.spec is not None and call.spec.postcondition is not None
+        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
+        limit = _check_limit(call.spec.timeout)
+        try:
+            future = self._pool().submit(check, args)
+            value = future.result(timeout=limit)
+            if inspect.isawaitable(value):
+                value = _run_coroutine(value, timeout=limit)
+            return verdict_of(value)
+        except Exception as exc:  # a failing or hanging check: the effect stays unknown
+            log.info("postcondition of %s failed: %r", call.name, exc)
+            return None
+
+    async def _run_postcondition_async(self, call: _Call) -> Outcome | None:
+        assert call.spec is not None and call.spec.postcondition is not None
+        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
+        limit = _check_limit(call.spec.timeout)
+        try:
+            if inspect.iscoroutinefunction(inspect.unwrap(check)):
+                value = await asyncio.wait_for(check(args), limit)
+            else:
+                value = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                    self._pool(), check, args), limit)
+            if inspect.isawaitable(value):
+                value = await asyncio.wait_for(value, limit)
+            return verdict_of(value)
+        except Exception as exc:
+            log.info("postcondition of %s failed: %r", call.name, exc)
+            return None
+
+    def _after_precheck(self, call: _Call, entry: LedgerEntry, verdict: Outcome | None
+                        ) -> ToolResult | None:
+        if verdict is Outcome.APPLIED:
+            self._put_ledger(replace(entry, effect=Outcome.APPLIED,
+                                     confirmed_by="postcondition"))
+            if entry.told not in (None, "ok") and entry.told_effect is not Outcome.APPLIED:
+                self._incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
+                               f"model was told {entry.told} (effect "
+                               f"{(entry.told_effect or Outcome.UNKNOWN).value}) but the effect "
+                               "landed")
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("already_applied"),
+                f"an earlier identical {call.name} call took effect, confirmed by a check",
+                outcome=Outcome.APPLIED), count=False)
+        if verdict is Outcome.NO_EFFECT and self._key_held(call):
+            # The earlier attempt is still running: "not landed yet" is not "did not land".
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("in_progress"),
+                f"an identical {call.name} call is still running"), count=False)
+        if verdict is Outcome.NO_EFFECT:
+            self._put_ledger(replace(entry, effect=Outcome.NO_EFFECT,
+                                     confirmed_by="postcondition"))
+            return None
+        if entry.in_flight and self._key_held(call):
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("in_progress"),
+                f"an identical {call.name} call is still running"), count=False)
+        self._refund(call)
+        return self._fail(call, from_entry(
+            self.catalog.get("effect_unknown"),
+            f"an earlier identical {call.name} call may have taken effect and could not be "
+            "verified"))
+
+    def _key_held(self, call: _Call) -> bool:
+        assert call.idem is not None
+        try:
+            got = self._store.acquire(self.task_id, f"probe:{call.idem}", 0.001)
+            held = not self._store.acquire(self.task_id, call.idem, 0.001)
+            if not held:
+                self._store.release(self.task_id, call.idem)
+            if got:
+                self._store.release(self.task_id, f"probe:{call.idem}")
+            return held
+        except StateUnavailableError:
+            return False
+
+    def _claim(self, call: _Call) -> ToolResult | None:
+        spec = call.spec
+        assert spec is not None
+        if call.idem is None:
+            call.idem = self._idempotency_key(call)
+        ttl = max(30.0, 4 * (spec.timeout or 30.0))
+        try:
+            call.held = self._store.acquire(self.task_id, call.idem, ttl)
+        except StateUnavailableError:
+            return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
+                                               "the agent's shared safety state is unreachable"),
+                              count=False)
+        if not call.held:
+            self._refund(call)
+            return self._fail(call, from_entry(
+                self.catalog.get("in_progress"),
+                f"an identical {call.name} call is still running"), count=False)
+        self._record_dispatch(call)
+        return None
+
+    def _record_dispatch(self, call: _Call) -> None:
+        """Write the ledger entry before dispatch, so a crash mid-call leaves a trace."""
+        assert call.spec is not None
+        if call.idem is None:
+            call.idem = self._idempotency_key(call)
+        call.entry = LedgerEntry(
+            call_id=call.call_id, task=self.task_id, tool=call.spec.name, fingerprint=call.fp,
+            idempotency_key=call.idem, args=self.redactor.value(call.args),
+            effect=Outcome.UNKNOWN,
+        )
+        self._put_ledger(call.entry)
+
+    def _put_ledger(self, entry: LedgerEntry) -> None:
+        try:
+            self._store.put_ledger(entry)
+        except StateUnavailableError:
+            self._store.fallback.put_ledger(entry)
+
+    def _release(self, call: _Call) -> None:
+        if call.reserved is not None:
+            key, call.reserved = call.reserved, None
+            try:
+                self._store.settle(key)
+            except Exception:  # the reservation expires with its lease
+                pass
+        if call.held and call.idem is not None:
+            orphan = call.orphan
+            if orphan is not None and not orphan.done():
+                # The timed-out attempt still runs: keep refusing duplicates until it stops,
+                # then record in the effect channel what its late answer says happened.
+                task, idem, store, entry = self.task_id, call.idem, self._store, call.entry
+
+                def settled(done: concurrent.futures.Future[Any]) -> None:
+                    if entry is not None and not done.cancelled() and done.exception() is None:
+                        latest = next((e for e in store.ledger(task)
+                                       if e.call_id == entry.call_id), entry)
+                        _quietly(store.put_ledger, replace(
+                            latest, effect=Outcome.APPLIED, confirmed_by="late return"))
+                    _quietly(store.release, task, idem)
+
+                orphan.add_done_callback(lambda done: _quietly(settled, done))
+            else:
+                try:
+                    self._store.release(self.task_id, call.idem)
+                except Exception:
+                    pass
+            call.held = False
+
+
+    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call) -> Failure:
+        """Apply a postcondition's verdict to an uncertain failure.
+
+        "Not landed" is only believed once the timed-out attempt has stopped: while it still
+        runs, "not yet" is not "no", and the outcome stays unknown.
+        """
+        if verdict is Outcome.NO_EFFECT and call.orphan is not None and not call.orphan.done():
+            verdict = None
+        if verdict is Outcome.APPLIED:
+            applied = from_entry(
+                self.catalog.get("already_applied"),
+                f"{call.name} did not answer in time, but a check confirmed it took effect",
+                outcome=Outcome.APPLIED, cause=failure.cause,
+            )
+            applied.values["confirmed"] = True
+            return applied
+        if verdict is Outcome.NO_EFFECT:
+            failure.outcome = Outcome.NO_EFFECT
+            failure.values["confirmed"] = False
+            return failure
+        self._incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
+                       "the effect of a timed-out call could not be verified")
+        return from_entry(
+            self.catalog.get("effect_unknown"),
+            f"{call.name} did not answer in time and a check could not tell whether it "
+            "took effect",
+            cause=failure.cause,
+        )
+
+
+def _check_limit(timeout: float | None) -> float:
+    """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
+    return max(1.0, timeout) if timeout is not None else 10.0
+
+
+def _quietly(op: Callable[..., Any], *args: Any) -> None:
+    try:
+        op(*args)
+    except Exception:  # noqa: BLE001 - a background release; the key's TTL is the backstop
+        pass
+
+
