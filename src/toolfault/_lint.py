@@ -215,6 +215,7 @@ def load_guard(reference: str) -> Any:
 def lint_command(targets: list[str]) -> int:
     """Print numbered findings; exit 1 when any is an error, 2 when a target cannot load."""
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(highlight=False)
     findings: list[Finding] = []
@@ -238,8 +239,8 @@ def lint_command(targets: list[str]) -> int:
         return 0
     for number, f in enumerate(findings, 1):
         colour = "red" if f.severity == "error" else "yellow"
-        console.print(f"{number}. [{colour}]{f.severity}[/{colour}] [bold]{f.where}[/bold]: "
-                      f"{f.problem}\n   fix: {f.fix}")
+        console.print(f"{number}. [{colour}]{f.severity}[/{colour}] [bold]{escape(f.where)}"
+                      f"[/bold]: {escape(f.problem)}\n   fix: {escape(f.fix)}")
     errors = sum(f.severity == "error" for f in findings)
     console.print(f"\n{len(findings)} finding(s), {errors} error(s).")
     return 1 if errors else 0

@@ -17,17 +17,29 @@ import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 
-_PIECES = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]")
+_PIECES = re.compile(r"[A-Za-z]+|\d{1,3}|[^\x00-\x7f]|[^\sA-Za-z\d\x80-\U0010ffff]+")
 _ENCODING_URL = (
     "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 )
 
 
 def estimate_tokens(text: str) -> int:
-    """Upper-leaning estimate: a token per punctuation mark or 3-digit group, ~6 letters a word."""
+    """A slightly high estimate of cl100k_base tokens, for machines without a vocabulary.
+
+    Words cost one token per 6 letters; irregular letter runs (ids, base64) one per 2; each
+    non-ASCII character one; 3-digit groups one; punctuation runs one per 2 characters.
+    Calibrated against cl100k_base on toolfault's own messages (about 5-20% over).
+    """
     total = 0
     for piece in _PIECES.findall(text):
-        total += max(1, math.ceil(len(piece) / 6)) if piece[0].isalpha() else 1
+        first = piece[0]
+        if first.isascii() and first.isalpha():
+            regular = piece.islower() or piece.isupper() or piece.istitle()
+            total += max(1, math.ceil(len(piece) / (6 if regular else 2)))
+        elif first.isascii() and not first.isdigit():
+            total += max(1, math.ceil(len(piece) / 2))
+        else:
+            total += 1
     return total
 
 

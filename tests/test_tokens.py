@@ -1,0 +1,40 @@
+"""Token counting: exact with the shipped vocabulary, a slightly high estimate without."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolfault import Catalog, _tokens, count_tokens
+from toolfault._docs import example_message
+from toolfault._lint import lint_catalog
+from toolfault._tokens import estimate_tokens, token_counter_name
+
+
+def test_exact_counter_is_used_when_the_vocabulary_is_installed() -> None:
+    """With bpe-openai (a test extra) the counter is cl100k_base and counts exactly."""
+    assert token_counter_name() == "cl100k_base"
+    assert count_tokens("search_flights failed (code: invalid_argument).") == 10
+
+
+def test_estimate_stays_close_above_the_exact_count() -> None:
+    """On every catalog message the estimate is at least the exact count and at most 35% over."""
+    catalog = Catalog.default()
+    for entry in catalog:
+        message = example_message(catalog, entry)
+        exact, estimate = count_tokens(message), estimate_tokens(message)
+        assert exact <= estimate <= exact * 1.35, (entry.code, exact, estimate)
+
+
+def test_lint_passes_on_the_builtin_catalog_without_a_vocabulary(monkeypatch: Any) -> None:
+    """A fresh install without toolfault[tokens] still passes its own catalog lint."""
+    monkeypatch.setattr(_tokens, "_tiktoken_counter", lambda: None)
+    assert token_counter_name() == "estimate"
+    assert lint_catalog(Catalog.default()) == []
+
+
+@pytest.mark.parametrize("text", ["Ünïcödé テキスト 中文字符", "{}[]()", "12345678901234"])
+def test_estimate_counts_every_kind_of_character(text: str) -> None:
+    """Non-ASCII characters, punctuation and digits all cost tokens in the estimate."""
+    assert estimate_tokens(text) >= count_tokens(text) * 0.9
