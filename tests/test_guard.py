@@ -804,3 +804,12 @@ def test_alternative_comes_before_stop_and_report() -> None:
     text = guard.call("read_secret_file", {"name": "plan"}).text
     assert text.endswith("Next action: call read_public_copy, or stop and report to the user "
                          "that permission is missing.")
+
+
+def test_run_tool_calls_prefers_call_id_over_item_id() -> None:
+    """A Responses-style dict item answers to its call_id, not its item id."""
+    guard, _ = make_guard()
+    item = {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+            "name": "search_flights_any_price", "arguments": '{"origin": "A", "destination": "B"}'}
+    (result,) = guard.run_tool_calls([item])
+    assert result.call_id == "call_1"

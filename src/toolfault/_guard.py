@@ -1259,7 +1259,7 @@ def _unpack_call(item: Any) -> tuple[str, Any, str | None]:
         if isinstance(fn, Mapping):
             return str(fn.get("name")), fn.get("arguments"), item.get("id")
         args = item.get("arguments", item.get("args", item.get("input")))
-        return str(item.get("name")), args, item.get("id") or item.get("call_id")
+        return str(item.get("name")), args, item.get("call_id") or item.get("id")
     fn = getattr(item, "function", None)
     if fn is not None:
         return str(fn.name), fn.arguments, getattr(item, "id", None)

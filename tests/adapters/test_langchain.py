@@ -302,3 +302,11 @@ def test_the_docs_page_example_runs_and_prints_what_the_page_shows(
     [sample] = re.findall(r"^```text\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
     exec(compile(program, str(page), "exec"), {"__name__": "docs_example"})
     assert capsys.readouterr().out == sample
+
+
+def test_a_plain_string_input_is_answered_not_raised(tools: Tools) -> None:
+    """Legacy string inputs reach the guard, which answers invalid_json instead of crashing."""
+    lc = {t.name: t for t in langchain_tools(tools.guard)}
+    name = next(iter(lc))
+    out = lc[name].invoke("not json at all")
+    assert f"{name} failed (code: invalid_json)." in str(out)

@@ -354,8 +354,13 @@ async def test_each_scope_counts_under_a_task_id_of_its_own(tools: Tools) -> Non
         named = text(await modern.call_tool("whoami", {}, meta={TASK_META_KEY: "job-7"}))
     assert first == again != second
     assert first.startswith("t/mcp-") and second.startswith("t/mcp-")
+    # unique across processes too (stdio servers of a fleet may share one store)
+    assert re.fullmatch(r"t/mcp-[0-9a-f]{32}", first)
     assert shared == "t"
     assert named == "t/job-7"
+    async with Client(tools.server, mode="auto") as intruder:
+        sneaky = text(await intruder.call_tool("whoami", {}, meta={TASK_META_KEY: first[2:]}))
+    assert sneaky == f"t/task:{first[2:]}" != first
 
 
 async def test_custom_handlers_find_the_session_scope(tools: Tools) -> None:

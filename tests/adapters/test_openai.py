@@ -286,3 +286,28 @@ def test_responses_skips_non_call_items_and_accepts_dicts(tools: Tools) -> None:
     assert run_response_function_calls(tools.guard, items) == expected
     assert run_response_function_calls(tools.guard, {"output": items}) == expected
     assert run_response_function_calls(tools.guard, None) == []
+
+
+def test_custom_tool_calls_in_a_response_are_answered_in_kind(fast_guard: Guard) -> None:
+    """A Responses custom_tool_call gets a custom_tool_call_output; no call goes unanswered."""
+    from openai.types.responses import Response
+
+    @fast_guard.tool
+    def search(query: str) -> str:
+        """Search. Use it to look things up."""
+        return f"found {query}"
+
+    response = Response.model_validate({
+        "id": "resp_1", "object": "response", "created_at": 0, "model": "m",
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+        "output": [
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "search",
+             "arguments": '{"query": "oslo"}'},
+            {"type": "custom_tool_call", "id": "ct_1", "call_id": "call_2",
+             "name": "shell", "input": "ls -la"},
+        ],
+    })
+    outputs = run_response_function_calls(fast_guard, response)
+    assert [(o["type"], o["call_id"]) for o in outputs] == [
+        ("function_call_output", "call_1"), ("custom_tool_call_output", "call_2")]
+    assert "unknown_tool" in outputs[1]["output"]

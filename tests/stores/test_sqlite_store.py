@@ -168,3 +168,17 @@ def test_bad_synchronous_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigurationError):
         SQLiteStore(tmp_path / "x.db", synchronous="OFF")  # type: ignore[arg-type]
+
+
+def test_a_deleted_state_file_degrades_instead_of_splitting_state(tmp_path: Path) -> None:
+    """Removing the SQLite file under a running guard is noticed: the guard degrades, loudly."""
+    path = tmp_path / "state.db"
+    guard = Guard(store=SQLiteStore(path), task_id="t")
+    guard.tool(name="ping")(lambda: "pong")
+    assert guard.call("ping", {}).ok
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    time.sleep(1.1)  # the file identity is checked at most once a second
+    assert guard.call("ping", {}).ok
+    assert guard.degraded
+    assert IncidentKind.STATE_DEGRADED in [i.kind for i in guard.incidents]

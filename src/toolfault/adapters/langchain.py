@@ -55,6 +55,14 @@ class GuardedTool(BaseTool):
             raise _Failed(result)
         return result.text, result.data
 
+    def _parse_input(self, tool_input: str | dict[str, Any], tool_call_id: str | None
+                     ) -> str | dict[str, Any]:
+        # LangChain refuses a string for a JSON-schema tool before we are reached; a string
+        # (legacy agents, tool.invoke("...")) goes to the guard, which answers invalid_json.
+        if isinstance(tool_input, str):
+            return tool_input
+        return super()._parse_input(tool_input, tool_call_id)
+
     def _run(self, *args: Any, **kwargs: Any) -> tuple[str, Any]:
         return self._shape(self.guard.call(self.name, _arguments(args, kwargs)))
 

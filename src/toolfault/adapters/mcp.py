@@ -12,7 +12,8 @@ Counters are scoped per MCP session.  Each request picks its scope, first match 
 1. ``_meta["toolfault/task"]`` (a string the client sends): one scope per value, on any
    transport, including the stateless ones;
 2. a stateful session (the ``initialize`` handshake on stdio, in memory or over streamable
-   HTTP with session ids): one scope per connection, task id ``<guard task>/mcp-<session>``;
+   HTTP with session ids): one scope per connection, task id ``<guard task>/mcp-<session>``
+   (the transport's session id, or a random one: unique across processes sharing a store);
 3. otherwise (the 2026-07-28 stateless protocol, ``stateless_http=True``) there is no session
    to key on, so every request shares the guard's own scope.
 
@@ -26,9 +27,9 @@ from __future__ import annotations
 
 import contextvars
 import copy
-import itertools
 import json
 import logging
+import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -82,7 +83,6 @@ _BLOCK_MODELS: dict[str, type[ContentBlock]] = {
 _request: contextvars.ContextVar[ServerRequestContext[Any, Any] | None] = contextvars.ContextVar(
     "toolfault_mcp_request", default=None
 )
-_sessions = itertools.count(1)
 
 
 def current_request() -> ServerRequestContext[Any, Any] | None:
@@ -126,7 +126,9 @@ class _Scopes:
         if isinstance(task, str) and task:
             scoped = self._named.get(task)
             if scoped is None:
-                scoped = _scoped(self.guard, f"{self.guard.task_id}/{task}")
+                # "mcp-…" names belong to connections: a client must not pick its way into one.
+                label = f"task:{task}" if task.startswith("mcp-") else task
+                scoped = _scoped(self.guard, f"{self.guard.task_id}/{label}")
                 self._named[task] = scoped
                 while len(self._named) > MAX_NAMED_SCOPES:
                     self._named.popitem(last=False)
@@ -151,7 +153,8 @@ class _Scopes:
             return self.guard  # stateless streamable HTTP: a fresh connection per request
         scoped = state.get(self._key)
         if not isinstance(scoped, Guard):
-            name = session_id or str(next(_sessions))
+            # Unique across processes too: stdio servers of a fleet may share one store.
+            name = session_id or uuid.uuid4().hex
             scoped = _scoped(self.guard, f"{self.guard.task_id}/mcp-{name}")
             state[self._key] = scoped
         return scoped

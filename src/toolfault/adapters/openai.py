@@ -142,8 +142,22 @@ def _response_calls(obj: Any) -> list[_Call]:
     items = _get(obj, "output")
     if items is None:
         items = obj
-    return [(str(_get(item, "name")), _get(item, "arguments"), _get(item, "call_id"))
-            for item in items if _get(item, "type") == "function_call"]
+    calls: list[_Call] = []
+    for item in items:
+        kind = _get(item, "type")
+        if kind == "function_call":
+            calls.append((str(_get(item, "name")), _get(item, "arguments"),
+                          _get(item, "call_id")))
+        elif kind == "custom_tool_call":  # free-form input: answered too, or the API rejects
+            calls.append((str(_get(item, "name")), _get(item, "input"),
+                          _CustomId(str(_get(item, "call_id")))))
+    return calls
+
+
+class _CustomId(str):
+    """A call id that belongs to a free-form (custom) tool call: its output has its own type."""
+
+    __slots__ = ()
 
 
 def _tool_message(call: _Call, result: ToolResult) -> ChatCompletionToolMessageParam:
@@ -151,5 +165,9 @@ def _tool_message(call: _Call, result: ToolResult) -> ChatCompletionToolMessageP
 
 
 def _call_output(call: _Call, result: ToolResult) -> FunctionCallOutput:
-    return {"type": "function_call_output", "call_id": call[2] or result.call_id,
-            "output": result.text}
+    call_id = call[2] or result.call_id
+    if isinstance(call[2], _CustomId):
+        custom: Any = {"type": "custom_tool_call_output", "call_id": str(call_id),
+                       "output": result.text}
+        return custom  # type: ignore[no-any-return]
+    return {"type": "function_call_output", "call_id": call_id, "output": result.text}

@@ -84,7 +84,7 @@ class SQLiteStore:
         *,
         ttl_seconds: float | None = 86400.0,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
-        busy_timeout: float = 5.0,
+        busy_timeout: float = 1.0,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             from toolfault._errors import ConfigurationError
@@ -101,6 +101,8 @@ class SQLiteStore:
         self._closed = False
         self._next_prune = 0.0
         self._connect().executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        self._inode = self._file_identity()
+        self._next_identity_check = 0.0
         self._prune()
 
     # -- connections ------------------------------------------------------------------
@@ -151,7 +153,24 @@ class SQLiteStore:
             raise
         db.execute("COMMIT")
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _check_file(self) -> None:
+        """A deleted or replaced file must fail loudly (so the guard degrades), not split state."""
+        now = time.monotonic()
+        if now < self._next_identity_check:
+            return
+        self._next_identity_check = now + 1.0
+        if self._file_identity() != self._inode:
+            raise sqlite3.OperationalError(f"the state file {self.path} was removed or replaced")
+
     def _prune(self) -> None:
+        self._check_file()
         now = time.time()
         if self.ttl_seconds is None or now < self._next_prune:
             return
