@@ -9,34 +9,15 @@ rewords a string has not made a new call and cannot dodge the retry cap that way
 from __future__ import annotations
 
 import hashlib
-import json
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from toolfault._jsontext import prebuilt_encoder
+
 Normalizer = Callable[[Any], Any]
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False)
-_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-
-
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-if _C_MAKE_ENCODER is not None:
-    # Built once (JSONEncoder.encode rebuilds it per call); no shared cycle markers: a cycle
-    # raises RecursionError, which the guard reports as too deeply nested.
-    _C_CANONICAL = _C_MAKE_ENCODER(None, _not_json, json.encoder.encode_basestring, None, ":",
-                                   ",", True, False, False)
-
-    def _encode_canonical(value: Any) -> str:
-        return "".join(_C_CANONICAL(value, 0))
-else:  # pragma: no cover - CPython without the _json accelerator
-
-    def _encode_canonical(value: Any) -> str:
-        return _CANONICAL.encode(value)
+_encode_canonical = prebuilt_encoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 #: Arguments whose canonical form is larger than this are rejected as ``invalid_argument``.
 MAX_CANONICAL_BYTES = 2_000_000

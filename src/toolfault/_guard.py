@@ -48,6 +48,7 @@ from toolfault._errors import (
     ToolError,
 )
 from toolfault._fingerprint import NormalizeSpec, fingerprint
+from toolfault._jsontext import prebuilt_encoder
 from toolfault._limits import Limits
 from toolfault._message import echo_args, format_seconds, render_error, render_terminal
 from toolfault._records import Incident, IncidentKind, LedgerEntry
@@ -1179,26 +1180,7 @@ def _display_name(name: str) -> str:
     cleaned = _NAME_JUNK.sub("_", name)[:64].strip("_")
     return cleaned or "unnamed_tool"
 
-_TEXT = json.JSONEncoder(ensure_ascii=False)
-_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-
-
-def _no_default(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-if _C_MAKE_ENCODER is not None:
-    # Built once: JSONEncoder.encode builds the C encoder again on every call.  No cycle
-    # markers (shared across threads); a cycle raises RecursionError and takes the slow path.
-    _C_TEXT = _C_MAKE_ENCODER(None, _no_default, json.encoder.encode_basestring, None, ": ",
-                              ", ", False, False, True)
-
-    def _encode_text(value: Any) -> str:
-        return "".join(_C_TEXT(value, 0))
-else:  # pragma: no cover - CPython without the _json accelerator
-
-    def _encode_text(value: Any) -> str:
-        return _TEXT.encode(value)
+_encode_text = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
 
 
 def _flat_simple(args: dict[str, Any]) -> bool:
