@@ -1,6 +1,6 @@
 """What can go wrong, as data the guard can reason about.
 
-Exception tree (mirrored in ``docs/exceptions.md``)::
+Exception tree (mirrored in ``docs/errors.md`` by ``toolfault docs``)::
 
     Exception
     ├── ToolError                 raised by *tools*: a failure the model must hear about
