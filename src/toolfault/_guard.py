@@ -236,7 +236,10 @@ class Guard(EffectsMixin, BudgetMixin):
 
     def scoped(self, task_id: str) -> Guard:
         """A guard sharing this one's tools, store, catalog, secrets, observers and worker
-        pool, counting under its own task id and turn (one per MCP session or worker)."""
+        pool, counting under its own task id and turn (one per MCP session or worker).
+
+        Scopes share resources with their parent: close the parent, not a scope.
+        """
         self._pool()
         forked = copy.copy(self)
         forked.task_id = task_id
