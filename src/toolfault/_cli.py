@@ -1,14 +1,68 @@
 """``toolfault docs | lint | bench | report | demo``: the command line.
 
 Each verb lives in its own module; this one only parses arguments, so ``toolfault --help``
-stays fast and a missing optional extra only breaks the verb that needs it.
+stays fast and a missing optional extra only breaks the verb that needs it.  Bad input is
+caught here, before any work starts, and answered the way pytest and ruff answer it: one line
+on stderr (``toolfault VERB: error: ...``) and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+def error(verb: str, message: str) -> None:
+    """Print one ``toolfault VERB: error: MESSAGE`` line on stderr (no markup, no wrapping)."""
+    text = " ".join(str(message).split())
+    print(f"toolfault {verb}: error: {text}" if verb else f"toolfault: error: {text}",
+          file=sys.stderr)
+
+
+def output_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written (checked before any work), or ``None``."""
+    target = Path(path)
+    if not path.strip():
+        return "the file name is empty"
+    if target.is_dir():
+        return f"{path} is a directory, not a file"
+    parent = target.parent
+    if not parent.exists():
+        return f"cannot write {path}: directory {parent} does not exist"
+    if not parent.is_dir():
+        return f"cannot write {path}: {parent} is not a directory"
+    if target.exists() and not os.access(target, os.W_OK):
+        return f"cannot write {path}: permission denied"
+    if not target.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write {path}: permission denied in {parent}"
+    return None
+
+
+def input_problem(path: str, what: str = "file") -> str | None:
+    """Why ``path`` cannot be read as a file, or ``None``."""
+    target = Path(path)
+    if not target.exists():
+        return f"no such file: {path}"
+    if target.is_dir():
+        return f"{path} is a directory, not a {what}"
+    if not os.access(target, os.R_OK):
+        return f"cannot read {path}: permission denied"
+    return None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}"
+                                         ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,10 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     docs = sub.add_parser("docs", help="generate the Markdown error reference from a catalog",
                           description="Render docs/errors.md from the catalog, with the same "
                           "templates the guard uses; --check fails when the committed file "
-                          "drifted.")
+                          "drifted or is missing.")
     docs.add_argument("catalog", nargs="?", help="catalog TOML (default: the built-in one)")
     docs.add_argument("-o", "--output", default="docs/errors.md", help="file to write or check")
-    docs.add_argument("--check", action="store_true", help="exit 1 if OUTPUT is out of date")
+    docs.add_argument("--check", action="store_true",
+                      help="exit 1 if OUTPUT is missing or out of date (writes nothing)")
 
     lint = sub.add_parser(
         "lint", help="check a catalog and/or a guard's registered tools",
@@ -41,9 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run simulated agents against injected faults",
                            description="Run the bench: toolfault against baselines on tasks "
                            "with injected faults, seeded and reproducible.")
-    bench.add_argument("--seed", type=int, default=7)
-    bench.add_argument("--episodes", type=int, default=None,
-                       help="episodes per (task, agent, policy) cell")
+    bench.add_argument("--seed", type=int, default=7, help="seed for worlds and agents")
+    bench.add_argument("--episodes", type=_positive_int, default=None, metavar="N",
+                       help="episodes per (task, agent, policy) cell (a positive number)")
     bench.add_argument("--report", metavar="HTML", help="also write a self-contained HTML page")
     bench.add_argument("--json", action="store_true", help="print machine-readable JSON")
     bench.add_argument("--trace", metavar="JSONL", help="write every call to a JSONL trace")
@@ -53,9 +108,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="measure guarded calls per second per store against a bare call")
     bench.add_argument("--redis-url", help="with --stores: also measure RedisStore at this URL")
     bench.add_argument("--quick", action="store_true", help="a tiny suite (for smoke tests)")
-    bench.add_argument("--model-url", help="OpenAI-compatible base URL to drive a real model")
+    bench.add_argument("--model-url", metavar="URL",
+                       help="OpenAI-compatible base URL (…/v1) to drive a real model")
     bench.add_argument("--model", help="model name for --model-url")
-    bench.add_argument("--api-key-env", default="OPENAI_API_KEY",
+    bench.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                        help="environment variable holding the API key for --model-url")
 
     report = sub.add_parser("report", help="summarise a JSONL trace as a table and HTML page")
@@ -74,13 +130,43 @@ def _version() -> str:
     return f"toolfault {__version__}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``toolfault`` command."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+def _bench_problem(args: argparse.Namespace) -> str | None:
+    """Options that contradict each other or cannot work, found before the bench starts."""
+    given = {"--report": args.report, "--trace": args.trace, "--episodes": args.episodes,
+             "--quick": args.quick, "--model-url": args.model_url, "--model": args.model}
+    for mode, on in (("--overhead", args.overhead), ("--stores", args.stores)):
+        if not on:
+            continue
+        if args.overhead and args.stores:
+            return "--overhead and --stores are separate runs: pick one"
+        extra = [flag for flag, value in given.items() if value]
+        if extra:
+            return f"{extra[0]} does not apply to {mode}"
+    if args.redis_url and not args.stores:
+        return "--redis-url only applies with --stores"
+    if args.redis_url:
+        scheme = urlsplit(args.redis_url).scheme
+        if scheme not in ("redis", "rediss", "unix"):
+            return (f"--redis-url must start with redis://, rediss:// or unix://, "
+                    f"got {args.redis_url!r}")
+    if args.model and not args.model_url:
+        return "--model needs --model-url (the server's OpenAI-compatible base URL)"
+    if args.model_url:
+        parts = urlsplit(args.model_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return (f"--model-url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
+                    f"got {args.model_url!r}")
+        if not args.model:
+            return "--model-url needs --model (the model name the server serves)"
+    for flag, path in (("--report", args.report), ("--trace", args.trace)):
+        if path is not None and (problem := output_problem(path)):
+            return f"{flag}: {problem}"
+    if args.report and args.trace and Path(args.report).resolve() == Path(args.trace).resolve():
+        return "--report and --trace name the same file"
+    return None
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "docs":
         from toolfault._docs import docs_command
 
@@ -94,15 +180,45 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return demo_command(plain=args.plain)
     if args.command == "bench":
+        if problem := _bench_problem(args):
+            error("bench", problem)
+            return 2
         from toolfault.bench import bench_command
 
         return int(bench_command(args))
     if args.command == "report":
+        problem = input_problem(args.trace, "JSONL trace")
+        if problem is None and args.report is not None:
+            problem = output_problem(args.report)
+            problem = f"--report: {problem}" if problem else None
+        if problem:
+            error("report", problem)
+            return 2
         from toolfault.bench import report_command
 
         return int(report_command(args))
     parser.error(f"unknown command {args.command!r}")
     return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``toolfault`` command."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return _run(args, parser)
+    except KeyboardInterrupt:
+        error(args.command, "interrupted")
+        return 130
+    except BrokenPipeError:  # `toolfault bench | head`: the reader left; say nothing more
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

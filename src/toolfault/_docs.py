@@ -113,11 +113,26 @@ def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
             catalog = Catalog.default().merged(catalog)
         text = render_markdown(catalog)
     except CatalogError as exc:
-        print(f"toolfault docs: {exc}", file=sys.stderr)
+        from toolfault._cli import error
+
+        error("docs", str(exc))
         return 2
+    from toolfault._cli import error
+
     target = Path(output)
     if check:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if not target.exists():
+            print(f"toolfault docs: {target} is missing: run `toolfault docs "
+                  f"{catalog_path or ''} -o {target}`.".replace("  ", " "), file=sys.stderr)
+            return 1
+        if target.is_dir():
+            error("docs", f"{target} is a directory, not a file")
+            return 2
+        try:
+            current = target.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            error("docs", f"cannot read {target}: {getattr(exc, 'strerror', None) or exc}")
+            return 2
         if current == text:
             print(f"{target} is up to date.")
             return 0
@@ -128,7 +143,14 @@ def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
         print(f"\n{target} drifted from the catalog: run `toolfault docs "
               f"{catalog_path or ''} -o {target}`.".replace("  ", " "), file=sys.stderr)
         return 1
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    if target.is_dir():
+        error("docs", f"{target} is a directory, not a file")
+        return 2
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        error("docs", f"cannot write {target}: {exc.strerror or exc}")
+        return 2
     print(f"wrote {target} ({len(catalog)} codes)")
     return 0

@@ -212,16 +212,37 @@ def load_guard(reference: str) -> Any:
     return target
 
 
+def _load_problem(target: str) -> str | None:
+    """Why ``target`` cannot be linted, before importing anything (one line), or ``None``."""
+    from toolfault._cli import input_problem
+
+    path = Path(target)
+    if target.endswith(".toml") or path.exists() or "/" in target or "\\" in target:
+        return input_problem(target, "catalog .toml file")
+    module_name, _, attr = target.partition(":")
+    if not module_name or not all(p.isidentifier() for p in module_name.split(".")):
+        return (f"{target!r} is neither a catalog .toml file nor a module:guard reference "
+                f"(like myapp.tools:guard)")
+    if attr and not all(p.isidentifier() for p in attr.split(".")):
+        return f"{attr!r} in {target!r} is not an attribute name"
+    return None
+
+
 def lint_command(targets: list[str]) -> int:
     """Print numbered findings; exit 1 when any is an error, 2 when a target cannot load."""
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(highlight=False)
+    from toolfault._cli import error
+
+    console = Console(highlight=False, emoji=False)
     findings: list[Finding] = []
     if not targets:
         targets = ["<built-in>"]
     for target in targets:
+        if target != "<built-in>" and (problem := _load_problem(target)):
+            error("lint", problem)
+            return 2
         try:
             if target == "<built-in>":
                 findings += lint_catalog(Catalog.default())
@@ -231,11 +252,21 @@ def lint_command(targets: list[str]) -> int:
                                          codes=[e.code for e in own])
             else:
                 findings += lint_guard(load_guard(target))
-        except (CatalogError, ImportError, AttributeError, TypeError) as exc:
-            console.print(f"[red]toolfault lint: cannot load {target}: {exc}[/red]")
+        except CatalogError as exc:
+            error("lint", f"cannot load {target}: {exc}")
+            return 2
+        except ModuleNotFoundError as exc:
+            error("lint", f"cannot load {target}: no module named {exc.name!r}"
+                  f"{' (is it on sys.path?)' if exc.name == target.partition(':')[0] else ''}")
+            return 2
+        except (AttributeError, TypeError) as exc:
+            error("lint", f"cannot load {target}: {exc}")
+            return 2
+        except Exception as exc:  # the user's module failed to import: say how, in one line
+            error("lint", f"cannot load {target}: {type(exc).__name__}: {exc}")
             return 2
     if not findings:
-        console.print(f"[green]✓[/green] no findings in {', '.join(targets)}")
+        console.print(f"[green]✓[/green] no findings in {escape(', '.join(targets))}")
         return 0
     for number, f in enumerate(findings, 1):
         colour = "red" if f.severity == "error" else "yellow"
