@@ -79,6 +79,18 @@ def bench_json(result: RunResult, summary: Summary) -> dict[str, Any]:
     }
 
 
+def token_counter_note(*, from_trace: bool = False) -> str:
+    """One line naming the token counter behind every error-token figure shown."""
+    from toolfault._tokens import token_counter_name
+
+    here = ("exact cl100k_base counts" if token_counter_name() == "cl100k_base" else
+            "estimated counts (install toolfault[tokens] for exact cl100k_base counts)")
+    if from_trace:
+        return f"error tokens: as recorded in the trace by the guard that wrote it ({here} " \
+               f"on this install)"
+    return f"error tokens: {here}"
+
+
 def _suite_from(args: argparse.Namespace) -> Suite:
     seed = int(getattr(args, "seed", 7) or 0)
     episodes = getattr(args, "episodes", None)
@@ -120,8 +132,12 @@ def _stores_command(redis_url: str | None, *, as_json: bool) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from toolfault._cli import error
     from toolfault.stores._throughput import store_throughput
 
+    if redis_url is not None and (problem := _redis_problem(redis_url)):
+        error("bench", problem)
+        return 1
     rows = store_throughput(1.0, redis_url=redis_url)
     if as_json:
         sys.stdout.write(json.dumps({"stores": rows}, indent=2) + "\n")
@@ -137,6 +153,21 @@ def _stores_command(redis_url: str | None, *, as_json: bool) -> int:
     return 0
 
 
+def _redis_problem(url: str) -> str | None:
+    """Why ``url`` is not a reachable Redis (a PING), or ``None``; numbers need a real server."""
+    try:
+        import redis
+    except ImportError:
+        return "--redis-url needs the redis package: pip install 'toolfault[redis]'"
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        client.ping()
+        client.close()
+    except (redis.RedisError, ValueError, OSError) as exc:
+        return f"cannot reach Redis at {url}: {' '.join(str(exc).split())}"
+    return None
+
+
 def bench_command(args: argparse.Namespace) -> int:
     """``toolfault bench``: run the suite, print the table (or JSON), write trace and page."""
     from rich.console import Console
@@ -148,11 +179,17 @@ def bench_command(args: argparse.Namespace) -> int:
     if getattr(args, "stores", False):
         return _stores_command(getattr(args, "redis_url", None),
                                as_json=bool(getattr(args, "json", False)))
+    from toolfault._cli import error
+
     suite = _suite_from(args)
     models = _model_factory(args)
     if models is not None:
         suite = replace(suite, agents=tuple(models), episodes=getattr(args, "episodes", None) or 1)
-    err = Console(stderr=True)
+        problem = _endpoint_problem(args)
+        if problem:
+            error("bench", problem)
+            return 1
+    err = Console(stderr=True, highlight=False, emoji=False)
     writer = _TraceWriter(args.trace) if getattr(args, "trace", None) else None
     try:
         result = _run_with_progress(suite, models, writer, err)
@@ -165,24 +202,65 @@ def bench_command(args: argparse.Namespace) -> int:
     else:
         from toolfault.bench._table import print_summary
 
-        out = Console() if sys.stdout.isatty() else Console(width=120)
+        out = Console(emoji=False) if sys.stdout.isatty() else Console(width=120, emoji=False)
         print_summary(summary, out, title=f"toolfault bench · seed {suite.seed} · "
-                      f"{suite.size} episodes · step cap {suite.step_cap}")
+                      f"{suite.size} episodes · step cap {suite.step_cap}",
+                      note=token_counter_note())
         out.print(f"[dim]ran {suite.size} episodes in {result.seconds:.1f}s[/dim]")
     if getattr(args, "report", None):
-        from toolfault.bench._html import write_html
-
-        path = write_html(
+        path = _write_page(
             args.report, summary, title="toolfault bench",
             subtitle=f"seed {suite.seed} · {len(suite.scenarios)} scenarios × "
                      f"{len(suite.agents)} agents × {len(suite.policies)} policies × "
                      f"{suite.episodes} episodes = {suite.size} episodes · step cap "
                      f"{suite.step_cap} · ran in {result.seconds:.1f}s",
-            examples=result.examples)
-        err.print(f"wrote {path}")
+            examples=result.examples, source="bench", tokens_note=token_counter_note())
+        if path is None:
+            return 2
+        err.print(f"wrote {path}", markup=False)
     if getattr(args, "trace", None):
-        err.print(f"wrote {args.trace}")
+        err.print(f"wrote {args.trace}", markup=False)
+    if models is not None and _all_model_errors(result):
+        error("bench", f"every episode ended in a model error: the endpoint at "
+                       f"{args.model_url} stopped answering chat completions")
+        return 1
     return 0
+
+
+def _write_page(path: str, summary: Summary, **kw: Any) -> Path | None:
+    """The HTML page, or one error line if the file cannot be written after all."""
+    from toolfault._cli import error
+    from toolfault.bench._html import write_html
+
+    try:
+        return write_html(path, summary, **kw)
+    except OSError as exc:
+        error("bench" if kw.get("source") == "bench" else "report",
+              f"cannot write {path}: {exc.strerror or exc}")
+        return None
+
+
+def _all_model_errors(result: RunResult) -> bool:
+    stops = [r.get("stop") for r in result.records if r.get("type") == "episode"]
+    return bool(stops) and all(stop == "model_error" for stop in stops)
+
+
+def _endpoint_problem(args: argparse.Namespace) -> str | None:
+    """One chat completion before the run: why the endpoint cannot drive the bench, or None."""
+    from toolfault.bench._model import ModelError
+
+    env = getattr(args, "api_key_env", None) or "OPENAI_API_KEY"
+    model = OpenAICompatibleModel(args.model_url, args.model, api_key=os.environ.get(env),
+                                  timeout=30.0)
+    try:
+        model.check()
+    except ModelError as exc:
+        hint = ""
+        if exc.status in (401, 403):
+            hint = (f" (set ${env}, or name another variable with --api-key-env)"
+                    if not os.environ.get(env) else f" (the key comes from ${env})")
+        return f"model endpoint check failed: {exc}{hint}; no episodes were run"
+    return None
 
 
 def _run_with_progress(suite: Suite, models: dict[str, Any] | None, writer: _TraceWriter | None,
@@ -206,19 +284,38 @@ def report_command(args: argparse.Namespace) -> int:
     """``toolfault report run.jsonl``: the bench's table and page, from any trace."""
     from rich.console import Console
 
-    err = Console(stderr=True)
+    from toolfault._cli import error
+
+    err = Console(stderr=True, highlight=False, emoji=False)
     path = Path(args.trace)
     try:
         records = read_trace(path)
     except FileNotFoundError:
-        err.print(f"toolfault report: no such file: {path}")
+        error("report", f"no such file: {path}")
         return 2
-    except (OSError, ValueError) as exc:
-        err.print(f"toolfault report: {exc}")
+    except IsADirectoryError:
+        error("report", f"{path} is a directory, not a JSONL trace")
         return 2
-    summary = metrics_from_trace(records)
+    except PermissionError:
+        error("report", f"cannot read {path}: permission denied")
+        return 2
+    except UnicodeDecodeError:
+        error("report", f"{path} is not a text file (expected a JSONL trace)")
+        return 2
+    except OSError as exc:
+        error("report", f"cannot read {path}: {exc.strerror or exc}")
+        return 2
+    except ValueError as exc:
+        error("report", str(exc))
+        return 2
+    try:
+        summary = metrics_from_trace(records)
+    except (ValueError, TypeError, AttributeError) as exc:
+        error("report", f"{path} is not a toolfault trace: a record has an unexpected value "
+                        f"({type(exc).__name__}: {exc})")
+        return 2
     if not summary.policies:
-        err.print(f"toolfault report: {path} holds no call records")
+        error("report", f"{path} holds no call records (is it a toolfault trace?)")
         return 1
     if getattr(args, "json", False):
         from toolfault._tokens import token_counter_name
@@ -230,13 +327,15 @@ def report_command(args: argparse.Namespace) -> int:
         from toolfault.bench._table import print_summary
 
         print_summary(summary, None, title=f"toolfault report · {path.name} · "
-                      f"{sum(m.tasks for m in summary.policies.values())} tasks")
+                      f"{sum(m.tasks for m in summary.policies.values())} tasks",
+                      note=token_counter_note(from_trace=True))
     if getattr(args, "report", None):
-        from toolfault.bench._html import write_html
-
         calls = sum(m.calls for m in summary.policies.values())
-        out = write_html(args.report, summary, title="toolfault report",
+        out = _write_page(args.report, summary, title="toolfault report",
                          subtitle=f"{path.name} · {calls} calls · "
-                                  f"{sum(m.tasks for m in summary.policies.values())} tasks")
-        err.print(f"wrote {out}")
+                                  f"{sum(m.tasks for m in summary.policies.values())} tasks",
+                         source="trace", tokens_note=token_counter_note(from_trace=True))
+        if out is None:
+            return 2
+        err.print(f"wrote {out}", markup=False)
     return 0

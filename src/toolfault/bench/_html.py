@@ -12,12 +12,12 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from toolfault.bench._metrics import Metrics, Summary
 from toolfault.bench._policies import POLICIES, policy_labels
 from toolfault.bench._runner import CRASH_PREFIX, SILENT_PREFIX
-from toolfault.bench._table import cells, legend
+from toolfault.bench._table import INFERRED_NOTE, cells, legend
 
 PALETTE: Mapping[str, str] = {
     "toolfault": "#0f9d8a",
@@ -326,6 +326,10 @@ tr.toolfault td { font-weight:600; color:#0b7a6b; }
 dl.defs { display:grid; grid-template-columns: 160px 1fr; gap:6px 16px; font-size:13.5px;
   background:#fff; border:1px solid var(--line); border-radius:12px; padding:16px 18px; }
 dl.defs dt { font-weight:600; } dl.defs dd { margin:0; color:var(--muted); }
+header p.tokens { font-size:13px; margin-top:4px; }
+p.lead.inferred { margin-top:10px; font-size:13px; }
+table caption { text-align:left; font-weight:600; padding:8px 9px; color:var(--ink); }
+.bytool { margin-top:16px; }
 footer { margin-top:36px; color:var(--muted); font-size:12.5px; }
 """
 
@@ -344,34 +348,51 @@ def _kpis(summary: Summary, labels: Mapping[str, str]) -> str:
         return ""
     name, mine = next(iter(ours.items()))
 
-    def top(key: Callable[[Metrics], float]) -> tuple[str, float] | None:
-        """The baseline with the highest value (worst for costs, best for success)."""
+    def versus(key: Callable[[Metrics], float], fmt: Callable[[float], str], *,
+               lower_is_better: bool) -> str:
+        """Every baseline at once: the best, the median and the worst, each named."""
         if not others:
-            return None
-        policy = max(others, key=lambda p: key(others[p]))
-        return labels[policy], key(others[policy])
+            return ""
+        ranked = sorted(others, key=lambda p: key(others[p]), reverse=not lower_is_better)
+        if len(ranked) == 1:
+            only = ranked[0]
+            return f"baseline: <b>{_e(fmt(key(others[only])))}</b> ({_e(labels[only])})"
+        values = sorted(key(others[p]) for p in ranked)
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        best, worst = ranked[0], ranked[-1]
+        return (f"baselines: best <b>{_e(fmt(key(others[best])))}</b> "
+                f"({_e(labels[best])}) · median <b>{_e(fmt(median))}</b> · worst "
+                f"<b>{_e(fmt(key(others[worst])))}</b> ({_e(labels[worst])})")
 
-    def card(label: str, value: str, vs: str) -> str:
-        return (f'<div class="kpi"><div class="label">{_e(label)}</div>'
+    def card(chart: str, label: str, value: str, vs: str) -> str:
+        return (f'<div class="kpi" data-kpi="{chart}"><div class="label">{_e(label)}</div>'
                 f'<div class="value">{_e(value)}</div><div class="vs">{vs}</div></div>')
 
+    def count(v: float) -> str:
+        return f"{v:.0f}"
+
+    def pct(v: float) -> str:
+        return f"{v * 100:.0f}%"
+
     out = []
-    d = top(lambda m: m.duplicate_side_effects)
+    dup_vs = versus(lambda m: m.duplicate_side_effects, count, lower_is_better=True)
     where = [s for s, m in summary.scenarios.get(name, {}).items()
              if m.duplicate_side_effects and s != "(trace)"]
-    dup_vs = f"worst baseline: <b>{d[1]:.0f}</b> ({_e(d[0])})" if d else ""
     if where:
         dup_vs += f"<br>toolfault's: all in {_e(', '.join(where))}"
-    out.append(card("duplicate side effects", str(mine.duplicate_side_effects), dup_vs))
-    loop = top(lambda m: m.longest_identical_run)
-    out.append(card("longest identical loop", str(mine.longest_identical_run),
-                    f"worst baseline: <b>{loop[1]:.0f}</b> ({_e(loop[0])})" if loop else ""))
-    s = top(lambda m: m.success_rate)
-    out.append(card("task success", f"{mine.success_rate * 100:.0f}%",
-                    f"best baseline: <b>{s[1] * 100:.0f}%</b> ({_e(s[0])})" if s else ""))
-    t = top(lambda m: m.error_tokens_per_task)
-    out.append(card("error tokens per task", f"{mine.error_tokens_per_task:.0f}",
-                    f"worst baseline: <b>{t[1]:.0f}</b> ({_e(t[0])})" if t else ""))
+    star_d = "" if mine.duplicates_measured else "*"
+    star_s = "" if mine.success_measured else "*"
+    out.append(card("duplicate_side_effects", "duplicate side effects",
+                    f"{mine.duplicate_side_effects}{star_d}", dup_vs))
+    out.append(card("longest_identical_run", "longest identical loop",
+                    str(mine.longest_identical_run),
+                    versus(lambda m: m.longest_identical_run, count, lower_is_better=True)))
+    out.append(card("success_rate", "task success", f"{pct(mine.success_rate)}{star_s}",
+                    versus(lambda m: m.success_rate, pct, lower_is_better=False)))
+    out.append(card("error_tokens_per_task", "error tokens per task",
+                    count(mine.error_tokens_per_task),
+                    versus(lambda m: m.error_tokens_per_task, count, lower_is_better=True)))
     return f'<section class="kpis">{"".join(out)}</section>'
 
 
@@ -384,6 +405,24 @@ def _table(summary: Summary, labels: Mapping[str, str]) -> str:
         rows.append(f"<tr{cls}><td>{_e(labels[policy])}</td>{tds}</tr>")
     return f'<div class="scroll"><table><thead><tr><th>policy</th>{head}</tr></thead>' \
            f'<tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _tool_table(summary: Summary, labels: Mapping[str, str]) -> str:
+    """The by-tool numbers as a table: the same cells the terminal's "by tool" table shows."""
+    rows = []
+    for policy, inner in summary.tools.items():
+        for tool, m in inner.items():
+            success = f"{m.success_rate * 100:.0f}%" + ("" if m.success_measured else "*")
+            dups = f"{m.duplicate_side_effects}" + ("" if m.duplicates_measured else "*")
+            rows.append(f"<tr><td>{_e(tool)}</td><td>{_e(labels[policy])}</td>"
+                        f"<td>{m.calls}</td><td>{_e(success)}</td>"
+                        f"<td>{m.longest_identical_run}</td><td>{_e(dups)}</td>"
+                        f"<td>{m.error_tokens}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("tool", "policy", "calls", "success",
+                                              "longest loop", "dup. effects", "error tokens"))
+    return (f'<div class="scroll bytool"><table data-table="by_tool"><caption>By tool'
+            f'</caption><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+            f'</table></div>')
 
 
 def _examples(examples: Mapping[str, Mapping[str, str]], labels: Mapping[str, str],
@@ -412,24 +451,50 @@ def _examples(examples: Mapping[str, Mapping[str, str]], labels: Mapping[str, st
     return "".join(out)
 
 
+def _trace_policy(name: str) -> str:
+    """What a policy name from a user's trace stands for (the guard's mode)."""
+    if name == "toolfault":
+        return "calls through your Guard in enforce mode"
+    if name.startswith("toolfault (") and name.endswith(")"):
+        return f"calls through your Guard in {name[len('toolfault ('):-1]} mode"
+    return "calls recorded under this policy name"
+
+
 def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: str = "",
                 examples: Mapping[str, Mapping[str, str]] | None = None,
-                notes: Sequence[str] = ()) -> str:
-    """The whole page as one string."""
+                notes: Sequence[str] = (), source: Literal["bench", "trace"] = "bench",
+                tokens_note: str = "") -> str:
+    """The whole page as one string.
+
+    ``source="bench"`` describes the bench's own seeded runs; ``source="trace"`` a user's
+    trace, in its words: what was read from the calls (measured) and what was inferred from
+    them (success and duplicates, marked ``*`` as in the terminal table).  ``tokens_note``
+    names the token counter behind the error-token figures.
+    """
     policies = list(summary.policies)
     labels = policy_labels(policies)
     colour = colours(policies)
+    bench = source == "bench"
+    success_measured = all(m.success_measured for m in summary.policies.values())
+    dups_measured = all(m.duplicates_measured for m in summary.policies.values())
+    inferred = not (success_measured and dups_measured)
+    star_s = "" if success_measured else " *"
+    star_d = "" if dups_measured else " *"
 
     def bars(metric: Callable[[Metrics], float], text: Callable[[Metrics], str]) -> list[Bar]:
         return [Bar(p, labels[p], metric(m), text(m), colour[p])
                 for p, m in summary.policies.items()]
 
     charts = [
-        hbar_chart("success_rate", "Task success", "goal reached and the agent finished",
+        hbar_chart("success_rate", f"Task success{star_s}",
+                   "goal reached and the agent finished" if success_measured else
+                   "inferred: the task's last call succeeded",
                    bars(lambda m: m.success_rate, lambda m: f"{m.success_rate * 100:.0f}%"),
                    max_value=1.0, percent=True, better="higher is better"),
-        hbar_chart("duplicate_side_effects", "Duplicate side effects",
-                   "second bookings and charges, counted by the tools themselves",
+        hbar_chart("duplicate_side_effects", f"Duplicate side effects{star_d}",
+                   "second bookings and charges, counted by the tools themselves"
+                   if dups_measured else "inferred: a side-effect call with the same "
+                   "arguments that landed more than once",
                    bars(lambda m: m.duplicate_side_effects,
                         lambda m: str(m.duplicate_side_effects)), better="lower is better"),
         hbar_chart("longest_identical_run", "Longest identical-retry loop",
@@ -438,7 +503,8 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
                         lambda m: str(m.longest_identical_run)),
                    markers=[(3, "retry cap (2–3)")], better="lower is better"),
         hbar_chart("error_tokens_per_task", "Error tokens per task",
-                   "error text added to the model's context (re-sent every later turn)",
+                   "error text added to the model's context (re-sent every later turn)"
+                   + (f"; {tokens_note}" if tokens_note else ""),
                    bars(lambda m: m.error_tokens_per_task,
                         lambda m: f"{m.error_tokens_per_task:.0f}"), better="lower is better"),
         hbar_chart("executions_per_task", "Tool runs per task",
@@ -460,7 +526,7 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
         "budget": lambda m: m.budget_stops, "step_cap": lambda m: m.step_cap_hits,
         "crash": lambda m: m.crashes,
     }
-    measured = all(m.success_measured for m in summary.policies.values())
+    measured = success_measured
     ended = stacked_chart(
         "endings", "How the episodes ended",
         "every episode of every policy, from the agent's point of view",
@@ -511,13 +577,45 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
         rows = []
         for inner in summary.tools.values():
             rows.extend(t for t in inner if t not in rows)
-        heat = heatmap("tool_heatmap", "By tool", "colour: last call of the tool succeeded",
-                       rows, [(p, labels[p]) for p in policies],
+        heat = heatmap("tool_heatmap", "By tool",
+                       f"colour: share of tasks whose last call of the tool succeeded{star_s}"
+                       f" · small print: longest identical loop and duplicate side effects"
+                       f"{star_d}", rows, [(p, labels[p]) for p in policies],
                        lambda t, p: summary.tools.get(p, {}).get(t))
     described = "".join(
         f"<dt>{_e(labels[p])}</dt><dd>{_e(POLICIES[p].description)}</dd>"
-        for p in policies if p in POLICIES)
+        for p in policies if p in POLICIES) if bench else "".join(
+        f"<dt>{_e(labels[p])}</dt><dd>{_e(_trace_policy(p))}</dd>" for p in policies)
     defs = "".join(f"<dt>{_e(h)}</dt><dd>{_e(doc)}</dd>" for h, doc in legend())
+    if inferred:
+        defs += f"<dt>*</dt><dd>{_e(INFERRED_NOTE.removeprefix('* '))}</dd>"
+    if tokens_note:
+        defs += f"<dt>error tokens</dt><dd>{_e(tokens_note.removeprefix('error tokens: '))}</dd>"
+    star_note = (f'<p class="lead inferred">{_e(INFERRED_NOTE)}</p>' if inferred else "")
+    token_line = f'<p class="tokens">{_e(tokens_note)}</p>' if tokens_note else ""
+    if bench:
+        intro = ('<h2>Per policy</h2><p class="lead">Same tools, same injected faults, same '
+                 'seeded agents.</p>')
+    else:
+        calls = sum(m.calls for m in summary.policies.values())
+        tasks = sum(m.tasks for m in summary.policies.values())
+        kinds = ["task success"] * (not success_measured) + \
+            ["duplicate side effects"] * (not dups_measured)
+        intro = (f'<h2>What your trace shows</h2><p class="lead">{calls} calls in {tasks} '
+                 f'tasks. Measured, read from each call record: calls, tool runs, errors and '
+                 f'their tokens, identical-retry loops, blocked calls, cap hits.'
+                 + (f' Inferred from the calls, marked *: {" and ".join(kinds)} (the trace '
+                    f'has no episode records saying whether a task reached its goal).'
+                    if kinds else "") + '</p>')
+    if scenarios:
+        breakdown = (f'<h2 id="scenarios">Per scenario</h2><p class="lead">Where each policy '
+                     f'wins and loses.</p><section class="grid">{heat}</section>')
+    elif heat:
+        breakdown = (f'<h2 id="tools">By tool</h2><p class="lead">Each tool\'s calls, per '
+                     f'policy.</p><section class="grid">{heat}</section>'
+                     f'{_tool_table(summary, labels)}')
+    else:
+        breakdown = ""
     seen = ""
     if examples:
         seen = (f'<h2 id="seen">What the model saw</h2><p class="lead">The first error each '
@@ -530,20 +628,20 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
 <title>{_e(title)}</title><style>{_CSS}</style></head>
 <body><main>
 <header><h1><span>toolfault</span> {_e(title.removeprefix("toolfault").strip())}</h1>
-<p>{_e(subtitle)}</p></header>
+<p>{_e(subtitle)}</p>{token_line}</header>
 {_kpis(summary, labels)}
-<h2>Per policy</h2><p class="lead">Same tools, same injected faults, same seeded agents.</p>
+{intro}
 {note_html}
 {_legend(policies, labels, colour)}
 <section class="grid">{ended}{"".join(charts)}</section>
 {f'<h2 id="agents">Per agent</h2><p class="lead">Simulated models with known behaviours.</p>'
  f'{_legend([p for p in policies if p in agents], labels, colour)}'
  f'<section class="grid">{agent_charts}</section>' if agent_charts else ""}
-{f'<h2 id="scenarios">Per scenario</h2><p class="lead">Where each policy wins and loses.</p>'
- f'<section class="grid">{heat}</section>' if heat else ""}
+{breakdown}
 {seen}
 <h2 id="numbers">All numbers</h2><p class="lead">Hover a header for its definition.</p>
 {_table(summary, labels)}
+{star_note}
 <h2>Definitions</h2>
 <dl class="defs">{described}{defs}</dl>
 <footer>Generated by toolfault. This page is self-contained: no scripts, no external

@@ -36,6 +36,12 @@ COST_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: What the ``*`` beside a figure means, in the terminal and on the page.
+INFERRED_NOTE = ("* inferred from the calls (the trace has no episode records): a task counts "
+                 "as a success when its last call succeeded, a duplicate when one side-effect "
+                 "call landed twice")
+
+
 def _pct(value: float) -> str:
     return f"{value * 100:.0f}%"
 
@@ -65,14 +71,14 @@ def _style(name: str) -> str:
 def policy_table(summary: Summary, *, title: str, columns: tuple[tuple[str, str], ...],
                  row: Callable[[Metrics], list[str]], caption: str | None = None) -> Table:
     """Policies as rows, one set of metrics as columns."""
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_style="bold", header_style="bold",
+    table = Table(title=Text(title), box=box.SIMPLE_HEAVY, title_style="bold", header_style="bold",
                   caption=caption, caption_style="dim", pad_edge=False)
     table.add_column("policy", no_wrap=True)
     for header, _ in columns:
         table.add_column(header, justify="right")
     labels = policy_labels(summary.policies)
     for name, metrics in summary.policies.items():
-        table.add_row(labels[name], *row(metrics), style=_style(name))
+        table.add_row(Text(labels[name]), *row(metrics), style=_style(name))
     return table
 
 
@@ -85,7 +91,7 @@ def breakdown_table(groups: Mapping[str, Mapping[str, Metrics]], *, title: str, 
     table.add_column(what, no_wrap=True)
     labels = policy_labels(groups)
     for policy in groups:
-        table.add_column(labels[policy], justify="right", style=_style(policy))
+        table.add_column(Text(labels[policy]), justify="right", style=_style(policy))
     keys: list[str] = []
     for inner in groups.values():
         keys.extend(k for k in inner if k not in keys)
@@ -96,7 +102,7 @@ def breakdown_table(groups: Mapping[str, Mapping[str, Metrics]], *, title: str, 
             row.append("–" if m is None else
                        f"{_pct(m.success_rate)}·{m.longest_identical_run}·"
                        f"{m.duplicate_side_effects}")
-        table.add_row(key, *row)
+        table.add_row(Text(key), *row)
     return table
 
 
@@ -130,13 +136,13 @@ def stage_table(summary: Summary) -> Table | None:
     for header, _ in STAGE_COLUMNS:
         table.add_column(header, justify="right")
     for name, m in stages.items():
-        table.add_row(name, *stage_cells(m))
+        table.add_row(Text(name), *stage_cells(m))
     return table
 
 
-def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool = True
-           ) -> Group:
-    """Everything the terminal shows."""
+def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool = True,
+           note: str | None = None) -> Group:
+    """Everything the terminal shows; ``note`` names the token counter behind the figures."""
     parts: list[Table | Text] = [
         policy_table(summary, title=f"{title} — outcomes", columns=OUTCOME_COLUMNS,
                      row=outcome_cells),
@@ -148,8 +154,9 @@ def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool
     inferred = any(not m.success_measured or not m.duplicates_measured
                    for m in summary.policies.values())
     if inferred:
-        parts.append(Text("* inferred from the calls (the trace has no episode records)",
-                          style="dim"))
+        parts.append(Text(INFERRED_NOTE, style="dim"))
+    if note:
+        parts.append(Text(note, style="dim"))
     if breakdowns:
         agents = {p: v for p, v in summary.agents.items() if set(v) != {"(trace)"}}
         if agents:
@@ -163,13 +170,14 @@ def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool
 
 
 def print_summary(summary: Summary, console: Console | None = None, *,
-                  title: str = "toolfault bench", breakdowns: bool = True) -> None:
+                  title: str = "toolfault bench", breakdowns: bool = True,
+                  note: str | None = None) -> None:
     """Print the tables; a non-terminal output gets 120 columns so files stay readable."""
     if console is None:
-        console = Console()
+        console = Console(emoji=False)
         if not console.is_terminal:
-            console = Console(width=120)
-    console.print(render(summary, title=title, breakdowns=breakdowns))
+            console = Console(width=120, emoji=False)
+    console.print(render(summary, title=title, breakdowns=breakdowns, note=note))
 
 
 def legend() -> list[tuple[str, str]]:
