@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,12 +48,36 @@ def scripted(payload: dict[str, Any]) -> dict[str, Any]:
     return _reply(content="Booked." if "confirmed" in text else "I could not finish.")
 
 
-class StubServer:
-    """http.server on 127.0.0.1 answering /chat/completions with :func:`scripted`."""
+def llama_cpp_rejection(body: dict[str, Any]) -> str | None:
+    """What llama.cpp's server answers with HTTP 500 in a request, or ``None``.
 
-    def __init__(self) -> None:
+    Its JSON parser wants strings: ``content: null`` in a message, a ``null`` tool description
+    or tool-call id fail the whole request.
+    """
+    for message in body.get("messages", []):
+        if not isinstance(message.get("content"), str):
+            return "[json.exception.type_error.302] type must be string, but is null"
+        for call in message.get("tool_calls") or ():
+            if not isinstance(call.get("id"), str) or not call["id"]:
+                return "tool_calls id must be a non-empty string"
+    for tool in body.get("tools", []):
+        if not isinstance(tool["function"].get("description"), str):
+            return "Failed to parse tools: type must be string, but is null"
+    return None
+
+
+class StubServer:
+    """http.server on 127.0.0.1 answering /chat/completions like a strict llama.cpp server.
+
+    ``mode``: ``"ok"`` answers with :func:`scripted`; ``"unauthorized"`` with 401,
+    ``"html"`` with a 200 web page (not an OpenAI-compatible endpoint).  Requests llama.cpp
+    rejects get its HTTP 500; other paths get 404.
+    """
+
+    def __init__(self, mode: str = "ok") -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.rejected: list[str] = []
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,12 +85,24 @@ class StubServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.requests.append(body)
                 stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                if self.path.rstrip("/").endswith("/chat/completions"):
-                    data, status = json.dumps(scripted(body)).encode(), 200
-                else:
+                kind = "application/json"
+                if not self.path.rstrip("/").endswith("/v1/chat/completions"):
                     data, status = b'{"error": "not found"}', 404
+                elif mode == "unauthorized":
+                    data, status = (b'{"error": {"message": "Incorrect API key provided", '
+                                    b'"type": "invalid_request_error"}}', 401)
+                elif mode == "html":
+                    data, status, kind = b"<html><body>router login</body></html>", 200, \
+                        "text/html"
+                elif (problem := llama_cpp_rejection(body)) is not None:
+                    stub.rejected.append(problem)
+                    data = json.dumps({"error": {"code": 500, "message": problem,
+                                                 "type": "server_error"}}).encode()
+                    status = 500
+                else:
+                    data, status = json.dumps(scripted(body)).encode(), 200
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -132,6 +170,90 @@ def test_the_cli_runs_the_suite_against_a_model_url(stub: StubServer,
     assert set(out["agents"]["toolfault"]) == {"model:stub"}
     assert out["scenarios"]["toolfault"]["flights.bad_input"]["success_rate"] == 1.0
     assert stub.headers[0].get("authorization") == "Bearer sk-cli"
+
+
+def _post(url: str, body: dict[str, Any]) -> int:
+    request = urllib.request.Request(f"{url}/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_stub_rejects_null_content_like_llama_cpp(stub: StubServer) -> None:
+    """The stub is strict: an assistant turn with ``content: null`` gets HTTP 500."""
+    tools = [{"type": "function", "function": {"name": "f", "description": "d",
+                                               "parameters": {"type": "object"}}}]
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    base = [{"role": "user", "content": "hi"}]
+    assert _post(stub.url, {"model": "stub", "tools": tools, "messages": [
+        *base, {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}) == 500
+    assert _post(stub.url, {"model": "stub", "tools": tools, "messages": [
+        *base, {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}) == 200
+
+
+@pytest.mark.parametrize("client", ["urllib", "openai"])
+def test_no_request_carries_null_content(stub: StubServer, client: str) -> None:
+    """A whole CLI run against the strict stub: every assistant turn is accepted."""
+    if client == "openai":
+        pytest.importorskip("openai")
+    result = _one_episode(stub.url, client)
+    assert stub.rejected == []
+    assert any(m.get("tool_calls") and m["content"] == ""
+               for r in stub.requests for m in r["messages"])
+    stops = {r["stop"] for r in result.records if r["type"] == "episode"}
+    assert "model_error" not in stops
+
+
+def test_null_descriptions_and_contents_are_sent_as_strings(stub: StubServer) -> None:
+    """A schema without a description and a null message content reach the server as ""."""
+    from toolfault.bench._tasks import SCENARIOS
+
+    model = OpenAICompatibleModel(stub.url, "stub", client="urllib")
+    model.reset(SCENARIOS[0].brief, [{"type": "function", "function": {
+        "name": "f", "description": None, "parameters": {"type": "object"}}}], "1")
+    turn = model.next_turn([{"role": "user", "content": "hi"},
+                            {"role": "assistant", "content": None}])
+    assert stub.rejected == [] and turn.final == "I cannot do this task."
+    assert stub.requests[0]["tools"][0]["function"]["description"] == ""
+
+
+@pytest.mark.parametrize(("mode", "path", "expected"), [
+    ("ok", "/v1", "cannot reach"),
+    ("ok", "/wrong", "HTTP 404"),
+    ("unauthorized", "/v1", "HTTP 401"),
+    ("html", "/v1", "OpenAI-compatible"),
+])
+@pytest.mark.parametrize("client", ["urllib", "openai"])
+def test_a_bad_endpoint_fails_before_any_episode(mode: str, path: str, expected: str,
+                                                 client: str,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unreachable, 404, 401 or not OpenAI-compatible: one stderr line, exit 1, no episodes."""
+    if client == "openai":
+        pytest.importorskip("openai")
+    else:
+        monkeypatch.setattr("toolfault.bench._model._pick_client", lambda _: "urllib")
+    monkeypatch.setenv("STUB_KEY", "sk-secret-123")
+    with StubServer(mode) as server:
+        url = "http://127.0.0.1:1/v1" if expected == "cannot reach" else \
+            server.url.removesuffix("/v1") + path
+        code = main(["bench", "--model-url", url, "--model", "stub", "--api-key-env",
+                     "STUB_KEY"])
+        seen = len(server.requests)
+    captured = capsys.readouterr()
+    assert code == 1
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("toolfault bench: error: model endpoint")
+    assert expected in lines[0] and "no episodes were run" in lines[0]
+    assert "sk-secret-123" not in captured.err and captured.out == ""
+    assert seen <= 1  # the check only
+    if expected == "HTTP 401":
+        assert "$STUB_KEY" in lines[0]
 
 
 def test_an_unreachable_endpoint_ends_the_episode_as_a_model_error() -> None:

@@ -396,8 +396,8 @@ def _kpis(summary: Summary, labels: Mapping[str, str]) -> str:
     return f'<section class="kpis">{"".join(out)}</section>'
 
 
-def _table(summary: Summary, labels: Mapping[str, str]) -> str:
-    head = "".join(f'<th title="{_e(doc)}">{_e(h)}</th>' for h, doc in legend())
+def _table(summary: Summary, labels: Mapping[str, str], *, trace: bool = False) -> str:
+    head = "".join(f'<th title="{_e(doc)}">{_e(h)}</th>' for h, doc in legend(trace=trace))
     rows = []
     for policy, m in summary.policies.items():
         cls = ' class="toolfault"' if policy.startswith("toolfault") else ""
@@ -511,8 +511,10 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
                    "times a tool actually executed, in-wrapper retries included",
                    bars(lambda m: m.executions_per_task,
                         lambda m: f"{m.executions_per_task:.1f}"), better="lower is better"),
-        hbar_chart("calls_per_task", "Model tool calls per task",
-                   "calls the model made, blocked and refused ones included",
+        hbar_chart("calls_per_task", "Model tool calls per task" if bench else
+                   "Tool calls per task",
+                   "calls the model made, blocked and refused ones included" if bench else
+                   "calls recorded in the trace, blocked and refused ones included",
                    bars(lambda m: m.calls_per_task, lambda m: f"{m.calls_per_task:.1f}"),
                    better="lower is better"),
     ]
@@ -586,7 +588,9 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
         f"<dt>{_e(labels[p])}</dt><dd>{_e(POLICIES[p].description)}</dd>"
         for p in policies if p in POLICIES) if bench else "".join(
         f"<dt>{_e(labels[p])}</dt><dd>{_e(_trace_policy(p))}</dd>" for p in policies)
-    defs = "".join(f"<dt>{_e(h)}</dt><dd>{_e(doc)}</dd>" for h, doc in legend())
+    words_of_trace = not success_measured
+    defs = "".join(f"<dt>{_e(h)}</dt><dd>{_e(doc)}</dd>"
+                   for h, doc in legend(trace=words_of_trace))
     if inferred:
         defs += f"<dt>*</dt><dd>{_e(INFERRED_NOTE.removeprefix('* '))}</dd>"
     if tokens_note:
@@ -640,7 +644,7 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
 {breakdown}
 {seen}
 <h2 id="numbers">All numbers</h2><p class="lead">Hover a header for its definition.</p>
-{_table(summary, labels)}
+{_table(summary, labels, trace=words_of_trace)}
 {star_note}
 <h2>Definitions</h2>
 <dl class="defs">{described}{defs}</dl>

@@ -47,8 +47,11 @@ def _pct(value: float) -> str:
 
 
 def outcome_cells(m: Metrics) -> list[str]:
+    """Outcome figures; ``*`` marks an inferred one, ``–`` one only episode records hold."""
     success = _pct(m.success_rate) + ("" if m.success_measured else "*")
     dups = f"{m.duplicate_side_effects}" + ("" if m.duplicates_measured else "*")
+    if not m.success_measured:  # no episode records: how episodes ended is unknown, not 0
+        return [success, dups, str(m.longest_identical_run), "–", "–", "–", "–"]
     return [success, dups, str(m.longest_identical_run), str(m.gave_up), str(m.budget_stops),
             str(m.step_cap_hits), str(m.crashes)]
 
@@ -180,7 +183,25 @@ def print_summary(summary: Summary, console: Console | None = None, *,
     console.print(render(summary, title=title, breakdowns=breakdowns, note=note))
 
 
-def legend() -> list[tuple[str, str]]:
-    """Column names and what they mean (the HTML page shows the same legend)."""
-    return [(h.replace("-\n", "").replace("/\n", "/").replace("\n", " "), d)
-            for h, d in OUTCOME_COLUMNS + COST_COLUMNS]
+#: Definitions that change when the figures come from a user's trace without episode records.
+TRACE_DEFINITIONS: Mapping[str, str] = {
+    "success": "tasks whose last call succeeded (* inferred: the trace does not say whether "
+               "the task reached its goal)",
+    "dup. effects": "calls to side-effect tools with the same arguments that landed more than "
+                    "once, as the trace shows (* inferred: the tools did not count them)",
+    "goal missed": "needs episode records (the bench writes them); – when the trace has none",
+    "budget stop": "needs episode records; – when the trace has none",
+    "step cap": "needs episode records; – when the trace has none",
+    "crash": "needs episode records; – when the trace has none",
+    "calls/task": "tool calls recorded per task",
+}
+
+
+def legend(*, trace: bool = False) -> list[tuple[str, str]]:
+    """Column names and what they mean (the HTML page shows the same legend).
+
+    ``trace=True``: the words for a user's trace without episode records.
+    """
+    out = [(h.replace("-\n", "").replace("/\n", "/").replace("\n", " "), d)
+           for h, d in OUTCOME_COLUMNS + COST_COLUMNS]
+    return [(h, TRACE_DEFINITIONS.get(h, d)) for h, d in out] if trace else out
