@@ -501,7 +501,8 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
                    "identical failing calls in a row that reached the tool",
                    bars(lambda m: m.longest_identical_run,
                         lambda m: str(m.longest_identical_run)),
-                   markers=[(3, "retry cap (2–3)")], better="lower is better"),
+                   markers=[(3, "retry cap (2–3)")] if bench else [],
+                   better="lower is better"),
         hbar_chart("error_tokens_per_task", "Error tokens per task",
                    "error text added to the model's context (re-sent every later turn)"
                    + (f"; {tokens_note}" if tokens_note else ""),

@@ -1,0 +1,158 @@
+"""Every CLI verb answers bad input with one stderr line and an exit status, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolfault._cli import main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m toolfault ARGS`` in a subprocess, the way a user runs it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]), "COLUMNS": "80"}
+    return subprocess.run([sys.executable, "-m", "toolfault", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd, env=env, check=False)
+
+
+def _one_error_line(err: str, verb: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"toolfault {verb}: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["docs", "-o", "/"], "is a directory"),
+    (["docs", "no-such-catalog.toml"], "cannot read catalog"),
+    (["lint", "nosuchmodule:guard"], "cannot load nosuchmodule:guard"),
+    (["lint", "no-such.toml"], "no such file: no-such.toml"),
+    (["lint", "/"], "is a directory"),
+    (["lint", "not a reference"], "neither a catalog"),
+    (["lint", "broken_module_for_cli_test:guard"], "RuntimeError: import failed"),
+    (["report", "/"], "is a directory, not a JSONL trace"),
+    (["report", "no-such.jsonl"], "no such file: no-such.jsonl"),
+    (["report", "binary.jsonl"], "not a text file"),
+    (["report", "odd.jsonl"], "not a toolfault trace"),
+    (["report", "good.jsonl", "--report", "/nonexistent/dir/r.html"], "does not exist"),
+    (["bench", "--report", "/nonexistent/dir/r.html"], "directory /nonexistent/dir does not"),
+    (["bench", "--trace", "/"], "is a directory"),
+    (["bench", "--overhead", "--report", "r.html"], "--report does not apply to --overhead"),
+    (["bench", "--overhead", "--stores"], "pick one"),
+    (["bench", "--redis-url", "redis://127.0.0.1:1/0"], "only applies with --stores"),
+    (["bench", "--stores", "--redis-url", "localhost:6379"], "must start with redis://"),
+    (["bench", "--model", "x"], "--model needs --model-url"),
+    (["bench", "--model-url", "localhost:8000/v1", "--model", "x"], "http(s) URL"),
+    (["bench", "--model-url", "http://127.0.0.1:1/v1"], "needs --model"),
+])
+def test_bad_input_is_one_line_and_no_traceback(args: list[str], expected: str,
+                                                tmp_path: Path) -> None:
+    """Each trap a new user can walk into: exit 2, one `toolfault VERB: error:` line, no work."""
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00\x81garbage\n")
+    (tmp_path / "odd.jsonl").write_text('{"type": "call", "attempts": "many"}\n',
+                                        encoding="utf-8")
+    (tmp_path / "good.jsonl").write_text('{"type": "call", "ok": true}\n', encoding="utf-8")
+    (tmp_path / "broken_module_for_cli_test.py").write_text(
+        'raise RuntimeError("import failed")\n', encoding="utf-8")
+    result = _run(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    line = _one_error_line(result.stderr, args[0])
+    assert ": error: " in line and expected in line
+    assert "Traceback" not in result.stderr and "Errno" not in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "ten"])
+def test_episodes_must_be_a_positive_number(value: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`--episodes -1`, `0` or a word is a usage error (exit 2), before any episode runs."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--quick", "--episodes", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --episodes: expected a positive whole number" in err
+    assert "episodes in" not in err
+
+
+def test_episodes_is_honoured(capsys: pytest.CaptureFixture[str]) -> None:
+    """A positive `--episodes` replaces the suite's count (the quick suite's 1 becomes 2)."""
+    assert main(["bench", "--quick", "--json", "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["suite"]["episodes"] == 2
+
+
+def test_lint_prints_names_literally(tmp_path: Path) -> None:
+    """`:guard:` and `[red]` in a target stay text: no emoji, no markup."""
+    result = _run("lint", "nosuchmodule:guard")
+    assert "nosuchmodule:guard" in result.stderr and "\N{GUARDSMAN}" not in result.stderr
+    (tmp_path / "a:smile:[red]b.toml").write_text("", encoding="utf-8")
+    result = _run("lint", "a:smile:[red]b.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no findings in a:smile:[red]b.toml" in result.stdout
+    assert "\N{SMILING FACE WITH SMILING EYES}" not in result.stdout
+
+
+def test_docs_check_says_missing_in_one_line(tmp_path: Path) -> None:
+    """`docs --check` on a file that does not exist: exit 1, "missing", no 300-line diff."""
+    result = _run("docs", "--check", "-o", str(tmp_path / "errors.md"))
+    assert result.returncode == 1
+    line = _one_error_line(result.stderr, "docs")
+    assert "missing" in line and "toolfault docs" in line
+    assert result.stdout == ""
+    assert not (tmp_path / "errors.md").exists()
+
+
+def test_docs_writes_into_a_new_directory(tmp_path: Path) -> None:
+    """Writing the reference still creates missing parent directories."""
+    target = tmp_path / "new" / "errors.md"
+    assert main(["docs", "-o", str(target)]) == 0
+    assert target.read_text(encoding="utf-8").startswith("# Error reference")
+
+
+def test_report_checks_the_page_path_before_reading(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A page path that cannot be written is refused before the trace is summarised."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type": "call", "ok": true, "tool": "t"}\n', encoding="utf-8")
+    assert main(["report", str(trace), "--report", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "is a directory" in captured.err
+
+
+def test_a_tool_name_with_markup_is_printed_as_written(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """Names from a user's trace reach the terminal table verbatim (rich markup is off)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"type": "call", "ok": True, "tool": "[bold]pay:smile:",
+                                 "task": "a", "fingerprint": "f"}) + "\n", encoding="utf-8")
+    assert main(["report", str(trace)]) == 0
+    assert "[bold]pay:smile:" in capsys.readouterr().out
+
+
+def test_an_unreachable_redis_is_an_error_not_numbers() -> None:
+    """`bench --stores --redis-url` with nothing listening: exit 1, one line, no table."""
+    result = _run("bench", "--stores", "--redis-url", "redis://127.0.0.1:1/0")
+    assert result.returncode == 1
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in _one_error_line(result.stderr,
+                                                                           "bench")
+    assert result.stdout == ""
+
+
+def test_no_command_prints_help_and_version_works(capsys: pytest.CaptureFixture[str]) -> None:
+    """`toolfault` alone lists the verbs; `--version` names the package."""
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for verb in ("docs", "lint", "bench", "report", "demo"):
+        assert verb in out
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("toolfault ")
