@@ -87,3 +87,36 @@ def test_headless_chromium_renders_the_charts(page: Path, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr[-2000:]
     assert shot.stat().st_size > 10_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_kpi_card_compares_with_every_baseline(page: Path, quick_run: RunResult) -> None:
+    """The error-token card names the best, the median and the worst baseline, not one."""
+    import statistics
+
+    html = page.read_text(encoding="utf-8")
+    summary = metrics_from_trace(quick_run.records)
+    others = {p: m.error_tokens_per_task for p, m in summary.policies.items()
+              if p != "toolfault"}
+    card = html.split('data-kpi="error_tokens_per_task"')[1].split("</div></div>")[0]
+    best, worst = min(others.values()), max(others.values())
+    assert f"best <b>{best:.0f}</b>" in card and f"worst <b>{worst:.0f}</b>" in card
+    assert f"median <b>{statistics.median(others.values()):.0f}</b>" in card
+    for kpi in ("duplicate_side_effects", "longest_identical_run", "success_rate"):
+        card = html.split(f'data-kpi="{kpi}"')[1].split("</div></div>")[0]
+        assert "best" in card and "median" in card and "worst" in card, kpi
+
+
+def test_the_bench_page_and_table_name_the_token_counter(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench --report` names the counter on the page and under the terminal tables."""
+    from toolfault._cli import main
+    from toolfault._tokens import token_counter_name
+
+    target = tmp_path / "b.html"
+    assert main(["bench", "--quick", "--report", str(target)]) == 0
+    words = "exact cl100k_base counts" if token_counter_name() == "cl100k_base" else \
+        "estimated counts"
+    assert f"error tokens: {words}" in " ".join(capsys.readouterr().out.split())
+    html = target.read_text(encoding="utf-8")
+    assert f'<p class="tokens">error tokens: {words}' in html
+    assert "Same tools, same injected faults, same seeded agents." in html  # the bench's own

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,63 @@ def test_report_fails_cleanly_on_a_missing_or_broken_file(
     empty.write_text("\n", encoding="utf-8")
     assert main(["report", str(empty)]) == 1
     assert "broken.jsonl:2" in capsys.readouterr().err
+
+
+def _text(html: str) -> str:
+    """The page's visible words: no style, no SVG, no tags, entities decoded."""
+    import html as html_lib
+
+    html = re.sub(r"<(style|svg)\b.*?</\1>", " ", html, flags=re.S)
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def test_the_report_page_speaks_of_the_users_trace(guard_trace: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """No bench words on a trace's page; measured vs inferred said; `*` kept and explained."""
+    page = tmp_path / "page.html"
+    assert main(["report", str(guard_trace), "--report", str(page)]) == 0
+    capsys.readouterr()
+    html = page.read_text(encoding="utf-8")
+    words = _text(html)
+    for bench_words in ("Same tools, same injected faults", "seeded agents",
+                        "counted by the tools themselves", "Per scenario", "Per agent",
+                        "the framework aborted", "retry cap (2–3)"):
+        assert bench_words not in words, bench_words
+    assert "What your trace shows" in words and "7 calls in 2 tasks" in words
+    assert "Measured, read from each call record" in words
+    assert "Inferred from the calls, marked *: task success and duplicate side effects" in words
+    assert "* inferred from the calls (the trace has no episode records)" in words
+    assert "Task success *" in words and "50%*" in words  # the terminal's marker, kept
+    assert '<h2 id="tools">By tool</h2>' in html and 'data-table="by_tool"' in html
+    by_tool = html.split('data-table="by_tool"')[1].split("</table>")[0]
+    assert "<td>search</td>" in by_tool and "<td>100%*</td>" in by_tool
+    assert "needs episode records" in words  # goal missed, crash...: unknown, not 0
+    assert re.search(r"error tokens: as recorded in the trace by the guard that wrote it "
+                     r"\((exact cl100k_base|estimated) counts", words)
+
+
+def test_the_terminal_and_json_name_the_token_counter(guard_trace: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """The table says which counter made the token figures; JSON carries it as a field."""
+    from toolfault._tokens import token_counter_name
+
+    assert main(["report", str(guard_trace)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "error tokens: as recorded in the trace" in out
+    assert ("exact cl100k_base" if token_counter_name() == "cl100k_base" else "estimated") in out
+    assert "toolfault 50%* 0* 2 – – – –" in out  # unknown endings are not shown as 0
+    assert main(["report", str(guard_trace), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_counter"] == token_counter_name()
+
+
+def test_the_estimate_is_named_when_no_vocabulary_is_installed(
+        guard_trace: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an exact counter the figures are labelled estimates, with how to get exact."""
+    from toolfault import _tokens
+
+    monkeypatch.setattr(_tokens, "_tiktoken_counter", lambda: None)
+    assert main(["report", str(guard_trace)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "estimated counts (install toolfault[tokens] for exact cl100k_base counts)" in out
