@@ -50,6 +50,7 @@ def _one_error_line(err: str, verb: str) -> str:
     (["bench", "--redis-url", "redis://127.0.0.1:1/0"], "only applies with --stores"),
     (["bench", "--stores", "--redis-url", "localhost:6379"], "must start with redis://"),
     (["bench", "--model", "x"], "--model needs --model-url"),
+    (["bench", "--api-key-env", "KEY"], "only applies with --model-url"),
     (["bench", "--model-url", "localhost:8000/v1", "--model", "x"], "http(s) URL"),
     (["bench", "--model-url", "http://127.0.0.1:1/v1"], "needs --model"),
 ])

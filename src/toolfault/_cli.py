@@ -111,8 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--model-url", metavar="URL",
                        help="OpenAI-compatible base URL (…/v1) to drive a real model")
     bench.add_argument("--model", help="model name for --model-url")
-    bench.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
-                       help="environment variable holding the API key for --model-url")
+    bench.add_argument("--api-key-env", metavar="VAR",
+                       help="environment variable holding the API key for --model-url "
+                       "(default: OPENAI_API_KEY)")
 
     report = sub.add_parser("report", help="summarise a JSONL trace as a table and HTML page")
     report.add_argument("trace", help="JSONL trace written by Guard(trace=...)")
@@ -149,6 +150,8 @@ def _bench_problem(args: argparse.Namespace) -> str | None:
         if scheme not in ("redis", "rediss", "unix"):
             return (f"--redis-url must start with redis://, rediss:// or unix://, "
                     f"got {args.redis_url!r}")
+    if args.api_key_env and not args.model_url:
+        return "--api-key-env only applies with --model-url"
     if args.model and not args.model_url:
         return "--model needs --model-url (the server's OpenAI-compatible base URL)"
     if args.model_url:

@@ -137,10 +137,10 @@ def demo_command(*, plain: bool = False) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(no_color=plain, highlight=False)
-    console.print(Panel.fit(
-        "[bold]toolfault demo[/bold]: the same tool calls, fed back to a model raw (left) and "
-        "through a Guard (right).", border_style="cyan"))
+    console = Console(no_color=plain, highlight=False, emoji=False)
+    intro = ("[bold]toolfault demo[/bold]: the same tool calls, fed back to a model raw (left) "
+             "and through a Guard (right).")
+    console.print(intro if plain else Panel.fit(intro, border_style="cyan"))
     for number, row in enumerate(run_demo(), 1):
         table = Table(title=f"{number}. {row['title']}", show_lines=True, expand=True,
                       title_justify="left", title_style="bold")
