@@ -70,7 +70,8 @@ class StubServer:
     """http.server on 127.0.0.1 answering /chat/completions like a strict llama.cpp server.
 
     ``mode``: ``"ok"`` answers with :func:`scripted`; ``"unauthorized"`` with 401,
-    ``"html"`` with a 200 web page (not an OpenAI-compatible endpoint).  Requests llama.cpp
+    ``"html"`` with a 200 web page (not an OpenAI-compatible endpoint), ``"dies"`` with 503
+    after the first request.  Requests llama.cpp
     rejects get its HTTP 500; other paths get 404.
     """
 
@@ -91,6 +92,8 @@ class StubServer:
                 elif mode == "unauthorized":
                     data, status = (b'{"error": {"message": "Incorrect API key provided", '
                                     b'"type": "invalid_request_error"}}', 401)
+                elif mode == "dies" and len(stub.requests) > 1:
+                    data, status = b'{"error": {"message": "model unloaded"}}', 503
                 elif mode == "html":
                     data, status, kind = b"<html><body>router login</body></html>", 200, \
                         "text/html"
@@ -250,10 +253,22 @@ def test_a_bad_endpoint_fails_before_any_episode(mode: str, path: str, expected:
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("toolfault bench: error: model endpoint")
     assert expected in lines[0] and "no episodes were run" in lines[0]
+    assert "Errno" not in lines[0]
     assert "sk-secret-123" not in captured.err and captured.out == ""
     assert seen <= 1  # the check only
     if expected == "HTTP 401":
         assert "$STUB_KEY" in lines[0]
+
+
+def test_an_endpoint_that_dies_during_the_run_fails_the_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The check passes, then every episode ends in a model error: exit 1 and say so."""
+    with StubServer("dies") as server:
+        code = main(["bench", "--json", "--model-url", server.url, "--model", "stub"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "every episode ended in a model error" in captured.err
+    assert json.loads(captured.out)["policies"]["toolfault"]["crashes"] >= 1
 
 
 def test_an_unreachable_endpoint_ends_the_episode_as_a_model_error() -> None:

@@ -10,6 +10,8 @@ installed (imported lazily) or plain ``urllib`` otherwise.
 from __future__ import annotations
 
 import json
+import re
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -150,13 +152,27 @@ class OpenAICompatibleModel:
             text = text.replace(self.api_key, "***")
         return text if len(text) <= 300 else text[:297] + "..."
 
-    def _status_error(self, status: int, detail: str) -> ModelError:
+    def _reason(self, cause: object) -> str:
+        """Why a connection failed, in words: ``connection refused``, not ``[Errno 111] ...``."""
+        if isinstance(cause, OSError) and cause.strerror:
+            text = cause.strerror
+        elif isinstance(cause, TimeoutError | socket.timeout) or "timed out" in str(cause):
+            text = "timed out"
+        else:
+            text = re.sub(r"\[Errno -?\d+\]\s*", "", str(cause)) or type(cause).__name__
+        return self._scrub(text[:1].lower() + text[1:])
+
+    def _status_error(self, status: int, detail: str, *, json_body: bool = True) -> ModelError:
         url = f"{self.base_url}/chat/completions"
+        if not json_body:
+            detail = ""
         if status == 404:
             hint = (f"is {self.base_url} the OpenAI-compatible base URL (usually ending in /v1) "
                     f"and is model {self.model!r} served there?")
         elif status in (401, 403):
             hint = "the server rejected the API key"
+        elif not json_body:
+            hint = "is it an OpenAI-compatible endpoint?"
         else:
             hint = ""
         parts = [f"{url} answered HTTP {status}", detail and self._scrub(detail), hint]
@@ -171,11 +187,11 @@ class OpenAICompatibleModel:
         try:
             response = self._sdk.chat.completions.create(**payload)
         except openai.APIStatusError as exc:
-            raise self._status_error(exc.status_code, _error_detail(exc.body, exc.message)
-                                     ) from exc
+            raise self._status_error(exc.status_code, _error_detail(exc.body, exc.message),
+                                     json_body=isinstance(exc.body, dict)) from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            raise ModelError(f"cannot reach {self.base_url}: {self._scrub(str(cause))}") from exc
+            raise ModelError(f"cannot reach {self.base_url}: {self._reason(cause)}") from exc
         except openai.OpenAIError as exc:
             raise ModelError(self._scrub(f"{type(exc).__name__}: {exc}")) from exc
         if not hasattr(response, "model_dump"):
@@ -203,11 +219,11 @@ class OpenAICompatibleModel:
                 parsed: Any = json.loads(raw)
             except ValueError:
                 parsed = None
-            raise self._status_error(exc.code, _error_detail(parsed, raw)) from exc
+            raise self._status_error(exc.code, _error_detail(parsed, raw),
+                                     json_body=isinstance(parsed, dict)) from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ModelError(f"cannot reach {self.base_url}: {self._scrub(str(reason))}"
-                             ) from exc
+            raise ModelError(f"cannot reach {self.base_url}: {self._reason(reason)}") from exc
         try:
             data = json.loads(body.decode("utf-8"))
         except ValueError as exc:
