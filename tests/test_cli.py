@@ -157,3 +157,20 @@ def test_no_command_prints_help_and_version_works(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.startswith("toolfault ")
+
+
+def test_lint_names_the_token_counter_when_it_counts(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """An over-budget finding is followed by the counter that measured it."""
+    from toolfault._tokens import token_counter_name
+
+    path = tmp_path / "wordy.toml"
+    path.write_text('[catalog]\ntoken_budget = 20\n[[error]]\ncode = "wordy"\nsummary = "x"\n'
+                    'next_action = "call {tool} again after reading every one of the many '
+                    'long paragraphs of the manual that explains the reasons"\n',
+                    encoding="utf-8")
+    assert main(["lint", str(path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "over the budget of 20" in out
+    assert ("tokens: exact cl100k_base counts" if token_counter_name() == "cl100k_base" else
+            "tokens: estimated counts") in out

@@ -274,4 +274,10 @@ def lint_command(targets: list[str]) -> int:
                       f"[/bold]: {escape(f.problem)}\n   fix: {escape(f.fix)}")
     errors = sum(f.severity == "error" for f in findings)
     console.print(f"\n{len(findings)} finding(s), {errors} error(s).")
+    if any(" tokens, over the budget" in f.problem for f in findings):
+        from toolfault._tokens import token_counter_name
+
+        console.print("tokens: exact cl100k_base counts" if token_counter_name() == "cl100k_base"
+                      else "tokens: estimated counts (install toolfault[tokens] for exact "
+                      "cl100k_base counts)", style="dim", markup=False)
     return 1 if errors else 0
