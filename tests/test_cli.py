@@ -36,6 +36,7 @@ def _one_error_line(err: str, verb: str) -> str:
     (["lint", "nosuchmodule:guard"], "cannot load nosuchmodule:guard"),
     (["lint", "no-such.toml"], "no such file: no-such.toml"),
     (["lint", "/"], "is a directory"),
+    (["lint", "tools.py"], "name the guard as module:attribute, e.g. tools:guard"),
     (["lint", "not a reference"], "neither a catalog"),
     (["lint", "broken_module_for_cli_test:guard"], "RuntimeError: import failed"),
     (["report", "/"], "is a directory, not a JSONL trace"),

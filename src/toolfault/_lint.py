@@ -217,6 +217,9 @@ def _load_problem(target: str) -> str | None:
     from toolfault._cli import input_problem
 
     path = Path(target)
+    if target.endswith(".py"):
+        return (f"{target} is a Python file: name the guard as module:attribute, e.g. "
+                f"{path.stem}:guard, run from the directory that holds it")
     if target.endswith(".toml") or path.exists() or "/" in target or "\\" in target:
         return input_problem(target, "catalog .toml file")
     module_name, _, attr = target.partition(":")
