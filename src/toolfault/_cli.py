@@ -23,6 +23,18 @@ def error(verb: str, message: str) -> None:
           file=sys.stderr)
 
 
+def shown_url(url: str) -> str:
+    """``url`` as printed in an error: a password in it becomes ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            return parts._replace(netloc=netloc).geturl()
+    except ValueError:
+        return "<the URL given>"
+    return url
+
+
 def output_problem(path: str) -> str | None:
     """Why ``path`` cannot be written (checked before any work), or ``None``."""
     target = Path(path)
@@ -149,7 +161,7 @@ def _bench_problem(args: argparse.Namespace) -> str | None:
         scheme = urlsplit(args.redis_url).scheme
         if scheme not in ("redis", "rediss", "unix"):
             return (f"--redis-url must start with redis://, rediss:// or unix://, "
-                    f"got {args.redis_url!r}")
+                    f"got {shown_url(args.redis_url)!r}")
     if args.api_key_env and not args.model_url:
         return "--api-key-env only applies with --model-url"
     if args.model and not args.model_url:
@@ -158,7 +170,7 @@ def _bench_problem(args: argparse.Namespace) -> str | None:
         parts = urlsplit(args.model_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return (f"--model-url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                    f"got {args.model_url!r}")
+                    f"got {shown_url(args.model_url)!r}")
         if not args.model:
             return "--model-url needs --model (the model name the server serves)"
     for flag, path in (("--report", args.report), ("--trace", args.trace)):

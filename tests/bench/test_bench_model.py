@@ -243,7 +243,7 @@ def test_a_bad_endpoint_fails_before_any_episode(mode: str, path: str, expected:
         monkeypatch.setattr("toolfault.bench._model._pick_client", lambda _: "urllib")
     monkeypatch.setenv("STUB_KEY", "sk-secret-123")
     with StubServer(mode) as server:
-        url = "http://127.0.0.1:1/v1" if expected == "cannot reach" else \
+        url = "http://u:pw-secret-9@127.0.0.1:1/v1" if expected == "cannot reach" else \
             server.url.removesuffix("/v1") + path
         code = main(["bench", "--model-url", url, "--model", "stub", "--api-key-env",
                      "STUB_KEY"])
@@ -255,6 +255,7 @@ def test_a_bad_endpoint_fails_before_any_episode(mode: str, path: str, expected:
     assert expected in lines[0] and "no episodes were run" in lines[0]
     assert "Errno" not in lines[0]
     assert "sk-secret-123" not in captured.err and captured.out == ""
+    assert "pw-secret-9" not in captured.err
     assert seen <= 1  # the check only
     if expected == "HTTP 401":
         assert "$STUB_KEY" in lines[0]

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from toolfault.bench._agents import AGENTS
 from toolfault.bench._metrics import Metrics, Summary, metrics_from_trace, read_trace
@@ -164,7 +165,13 @@ def _redis_problem(url: str) -> str | None:
         client.ping()
         client.close()
     except (redis.RedisError, ValueError, OSError) as exc:
-        return f"cannot reach Redis at {url}: {' '.join(str(exc).split())}"
+        from toolfault._cli import shown_url
+
+        detail = " ".join(str(exc).split())
+        parts = urlsplit(url)
+        if parts.password:
+            detail = detail.replace(parts.password, "***")
+        return f"cannot reach Redis at {shown_url(url)}: {detail}"
     return None
 
 
@@ -221,8 +228,10 @@ def bench_command(args: argparse.Namespace) -> int:
     if getattr(args, "trace", None):
         err.print(f"wrote {args.trace}", markup=False)
     if models is not None and _all_model_errors(result):
+        from toolfault._cli import shown_url
+
         error("bench", f"every episode ended in a model error: the endpoint at "
-                       f"{args.model_url} stopped answering chat completions")
+                       f"{shown_url(args.model_url)} stopped answering chat completions")
         return 1
     return 0
 
@@ -250,8 +259,8 @@ def _endpoint_problem(args: argparse.Namespace) -> str | None:
     from toolfault.bench._model import ModelError
 
     env = getattr(args, "api_key_env", None) or "OPENAI_API_KEY"
-    model = OpenAICompatibleModel(args.model_url, args.model, api_key=os.environ.get(env),
-                                  timeout=30.0)
+    model = OpenAICompatibleModel(args.model_url, getattr(args, "model", None) or "default",
+                                  api_key=os.environ.get(env), timeout=30.0)
     try:
         model.check()
     except ModelError as exc:

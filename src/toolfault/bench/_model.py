@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from toolfault.bench._tasks import TaskBrief, ToolCall
 
@@ -146,10 +147,11 @@ class OpenAICompatibleModel:
         return self._via_urllib(payload)
 
     def _scrub(self, text: str) -> str:
-        """One line, at most 300 characters, never the API key."""
+        """One line, at most 300 characters, never the API key or a password in the URL."""
         text = " ".join(str(text).split())
-        if self.api_key:
-            text = text.replace(self.api_key, "***")
+        for secret in (self.api_key, urlsplit(self.base_url).password):
+            if secret:
+                text = text.replace(secret, "***")
         return text if len(text) <= 300 else text[:297] + "..."
 
     def _reason(self, cause: object) -> str:
@@ -163,12 +165,12 @@ class OpenAICompatibleModel:
         return self._scrub(text[:1].lower() + text[1:])
 
     def _status_error(self, status: int, detail: str, *, json_body: bool = True) -> ModelError:
-        url = f"{self.base_url}/chat/completions"
+        url = self._scrub(f"{self.base_url}/chat/completions")
         if not json_body:
             detail = ""
         if status == 404:
-            hint = (f"is {self.base_url} the OpenAI-compatible base URL (usually ending in /v1) "
-                    f"and is model {self.model!r} served there?")
+            hint = (f"is {self._scrub(self.base_url)} the OpenAI-compatible base URL "
+                    f"(usually ending in /v1) and is model {self.model!r} served there?")
         elif status in (401, 403):
             hint = "the server rejected the API key"
         elif not json_body:
@@ -191,12 +193,14 @@ class OpenAICompatibleModel:
                                      json_body=isinstance(exc.body, dict)) from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            raise ModelError(f"cannot reach {self.base_url}: {self._reason(cause)}") from exc
+            raise ModelError(self._scrub(f"cannot reach {self.base_url}: {self._reason(cause)}")
+                             ) from exc
         except openai.OpenAIError as exc:
             raise ModelError(self._scrub(f"{type(exc).__name__}: {exc}")) from exc
         if not hasattr(response, "model_dump"):
-            raise ModelError(f"{self.base_url}/chat/completions did not answer with a chat "
-                             f"completion (is it an OpenAI-compatible endpoint?)")
+            raise ModelError(self._scrub(f"{self.base_url}/chat/completions did not answer "
+                                         f"with a chat completion (is it an OpenAI-compatible "
+                                         f"endpoint?)"))
         dumped: dict[str, Any] = response.model_dump()
         return dumped
 
@@ -223,14 +227,15 @@ class OpenAICompatibleModel:
                                      json_body=isinstance(parsed, dict)) from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ModelError(f"cannot reach {self.base_url}: {self._reason(reason)}") from exc
+            raise ModelError(self._scrub(f"cannot reach {self.base_url}: {self._reason(reason)}")
+                             ) from exc
         try:
             data = json.loads(body.decode("utf-8"))
         except ValueError as exc:
-            raise ModelError(f"{url} did not answer with JSON (is it an OpenAI-compatible "
-                             f"endpoint?)") from exc
+            raise ModelError(self._scrub(f"{url} did not answer with JSON (is it an "
+                                         f"OpenAI-compatible endpoint?)")) from exc
         if not isinstance(data, dict):
-            raise ModelError(f"{url} did not answer with a JSON object")
+            raise ModelError(self._scrub(f"{url} did not answer with a JSON object"))
         return data
 
 
