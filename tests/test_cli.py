@@ -32,7 +32,7 @@ def _one_error_line(err: str, verb: str) -> str:
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["docs", "-o", "/"], "is a directory"),
-    (["docs", "no-such-catalog.toml"], "cannot read catalog"),
+    (["docs", "no-such-catalog.toml"], "no such file: no-such-catalog.toml"),
     (["lint", "nosuchmodule:guard"], "cannot load nosuchmodule:guard"),
     (["lint", "no-such.toml"], "no such file: no-such.toml"),
     (["lint", "/"], "is a directory"),

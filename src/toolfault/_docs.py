@@ -106,28 +106,29 @@ def _exception_tree() -> str:
 
 
 def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
-    """Write or check the reference; exit 1 on drift, 2 on a bad catalog."""
+    """Write or check the reference; exit 1 on drift or a missing file, 2 on bad input."""
+    from toolfault._cli import error, input_problem
+
+    target = Path(output)
+    if target.is_dir():  # answered before the (slow) rendering
+        error("docs", f"{target} is a directory, not a file")
+        return 2
+    if catalog_path and (problem := input_problem(catalog_path, "catalog .toml file")):
+        error("docs", problem)
+        return 2
+    if check and not target.exists():
+        print(f"toolfault docs: {target} is missing: run `toolfault docs "
+              f"{catalog_path or ''} -o {target}`.".replace("  ", " "), file=sys.stderr)
+        return 1
     try:
         catalog = Catalog.load(catalog_path) if catalog_path else Catalog.default()
         if catalog_path:
             catalog = Catalog.default().merged(catalog)
         text = render_markdown(catalog)
     except CatalogError as exc:
-        from toolfault._cli import error
-
         error("docs", str(exc))
         return 2
-    from toolfault._cli import error
-
-    target = Path(output)
     if check:
-        if not target.exists():
-            print(f"toolfault docs: {target} is missing: run `toolfault docs "
-                  f"{catalog_path or ''} -o {target}`.".replace("  ", " "), file=sys.stderr)
-            return 1
-        if target.is_dir():
-            error("docs", f"{target} is a directory, not a file")
-            return 2
         try:
             current = target.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -143,9 +144,6 @@ def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
         print(f"\n{target} drifted from the catalog: run `toolfault docs "
               f"{catalog_path or ''} -o {target}`.".replace("  ", " "), file=sys.stderr)
         return 1
-    if target.is_dir():
-        error("docs", f"{target} is a directory, not a file")
-        return 2
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
