@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,11 +164,16 @@ def test_a_real_endpoint_drives_an_episode(stub: StubServer, client: str) -> Non
 
 def test_the_cli_runs_the_suite_against_a_model_url(stub: StubServer,
                                                     capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
     """`toolfault bench --model-url --model` replaces the simulated agents by the model."""
     monkeypatch.setenv("STUB_KEY", "sk-cli")
+    page = tmp_path / "model.html"
     assert main(["bench", "--json", "--model-url", stub.url, "--model", "stub",
-                 "--api-key-env", "STUB_KEY"]) == 0
+                 "--api-key-env", "STUB_KEY", "--report", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert "Same tools, same injected faults, the same model (stub)." in html
+    assert "seeded agents" not in html and "Simulated models" not in html
     out = json.loads(capsys.readouterr().out)
     assert out["suite"]["agents"] == ["model:stub"]
     assert set(out["agents"]["toolfault"]) == {"model:stub"}

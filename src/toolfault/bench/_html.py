@@ -540,6 +540,10 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
     for inner in agents.values():
         agent_names.extend(a for a in inner if a not in agent_names)
     series = [(p, labels[p], colour[p]) for p in policies if p in agents]
+    real_models = [a for a in agent_names if a.startswith("model:")]
+    agents_lead = ("Simulated models with known behaviours." if not real_models else
+                   "The model behind the endpoint" + (", beside simulated models with known "
+                   "behaviours." if len(real_models) < len(agent_names) else "."))
 
     def per_agent(metric: Callable[[Metrics], float]) -> Callable[[str, str], float | None]:
         def value(agent: str, policy: str) -> float | None:
@@ -551,6 +555,7 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
     if agent_names:
         agent_charts = "".join([
             grouped_chart("agent_success_rate", "Task success by agent",
+                          "the same agents against every policy" if real_models else
                           "the same seeded agents against every policy", agent_names, series,
                           per_agent(lambda m: m.success_rate),
                           lambda v: f"{v * 100:.0f}%", max_value=1.0, percent=True),
@@ -599,8 +604,11 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
     star_note = (f'<p class="lead inferred">{_e(INFERRED_NOTE)}</p>' if inferred else "")
     token_line = f'<p class="tokens">{_e(tokens_note)}</p>' if tokens_note else ""
     if bench:
-        intro = ('<h2>Per policy</h2><p class="lead">Same tools, same injected faults, same '
-                 'seeded agents.</p>')
+        agents_words = (f"the same model{'s' if len(real_models) > 1 else ''} "
+                        f"({', '.join(m.removeprefix('model:') for m in real_models)})"
+                        if real_models else "same seeded agents")
+        intro = (f'<h2>Per policy</h2><p class="lead">Same tools, same injected faults, '
+                 f'{_e(agents_words)}.</p>')
     else:
         calls = sum(m.calls for m in summary.policies.values())
         tasks = sum(m.tasks for m in summary.policies.values())
@@ -639,7 +647,7 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
 {note_html}
 {_legend(policies, labels, colour)}
 <section class="grid">{ended}{"".join(charts)}</section>
-{f'<h2 id="agents">Per agent</h2><p class="lead">Simulated models with known behaviours.</p>'
+{f'<h2 id="agents">Per agent</h2><p class="lead">{agents_lead}</p>'
  f'{_legend([p for p in policies if p in agents], labels, colour)}'
  f'<section class="grid">{agent_charts}</section>' if agent_charts else ""}
 {breakdown}
