@@ -175,3 +175,17 @@ def test_lint_names_the_token_counter_when_it_counts(tmp_path: Path,
     assert "over the budget of 20" in out
     assert ("tokens: exact cl100k_base counts" if token_counter_name() == "cl100k_base" else
             "tokens: estimated counts") in out
+
+
+def test_unreadable_and_unwritable_files_are_named(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permission problems are one line each (os.access says no, as for a non-root user)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type": "call", "ok": true}\n', encoding="utf-8")
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
+    assert main(["report", str(trace)]) == 2
+    assert capsys.readouterr().err.strip() == (f"toolfault report: error: cannot read {trace}: "
+                                               f"permission denied")
+    assert main(["bench", "--quick", "--report", str(tmp_path / "r.html")]) == 2
+    assert "permission denied in" in capsys.readouterr().err
