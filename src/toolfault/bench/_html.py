@@ -585,7 +585,7 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
         rows = []
         for inner in summary.tools.values():
             rows.extend(t for t in inner if t not in rows)
-        heat = heatmap("tool_heatmap", "By tool",
+        heat = heatmap("tool_heatmap", f"Success by tool{star_s}",
                        f"colour: share of tasks whose last call of the tool succeeded{star_s}"
                        f" · small print: longest identical loop and duplicate side effects"
                        f"{star_d}", rows, [(p, labels[p]) for p in policies],
