@@ -56,7 +56,9 @@ def _one_error_line(err: str, verb: str) -> str:
     (["bench", "--model-url", "http://127.0.0.1:1/v1"], "needs --model"),
 ])
 def test_bad_input_is_one_line_and_no_traceback(args: list[str], expected: str,
-                                                tmp_path: Path) -> None:
+                                                tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trap a new user can walk into: exit 2, one `toolfault VERB: error:` line, no work."""
     (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00\x81garbage\n")
     (tmp_path / "odd.jsonl").write_text('{"type": "call", "attempts": "many"}\n',
@@ -64,13 +66,27 @@ def test_bad_input_is_one_line_and_no_traceback(args: list[str], expected: str,
     (tmp_path / "good.jsonl").write_text('{"type": "call", "ok": true}\n', encoding="utf-8")
     (tmp_path / "broken_module_for_cli_test.py").write_text(
         'raise RuntimeError("import failed")\n', encoding="utf-8")
-    result = _run(*args, cwd=tmp_path)
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    line = _one_error_line(result.stderr, args[0])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own usage errors would land here
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    assert code == 2, (captured.out, captured.err)
+    line = _one_error_line(captured.err, args[0])
     assert ": error: " in line and expected in line
-    assert "Traceback" not in result.stderr and "Errno" not in result.stderr
-    assert result.stdout == ""
+    assert "Errno" not in captured.err and captured.out == ""
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_subprocess_sees_no_traceback(tmp_path: Path) -> None:
+    """End to end, as a user runs it: a bad --report path is refused before the bench runs."""
+    result = _run("bench", "--report", "/nonexistent/dir/r.html", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    line = _one_error_line(result.stderr, "bench")
+    assert line == ("toolfault bench: error: --report: cannot write /nonexistent/dir/r.html: "
+                    "directory /nonexistent/dir does not exist")
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "ten"])
