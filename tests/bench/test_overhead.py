@@ -1,0 +1,72 @@
+"""`toolfault bench --overhead`: realistic contenders, every figure and target reported."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from toolfault._cli import main
+from toolfault.bench import _overhead
+
+
+def test_contenders_run_the_realistic_tool() -> None:
+    """Every guarded contender calls the 5-parameter tool with a float, a list and an enum."""
+    results = {name: fn() for name, _, fn in _overhead._contenders() if fn is not None}
+    for name in ("guarded", "guarded_json", "guarded_hook", "guarded_trace"):
+        assert results[name].ok, name
+        assert json.loads(results[name].text) == {"origin": "SFO", "cabin": "economy",
+                                                  "offers": 6}
+    failure = results["guarded_failure"]
+    assert not failure.ok and failure.code is not None
+    assert isinstance(results["stamina_failure"], ValueError)
+    assert isinstance(_overhead.ARGS["max_price"], float)
+    assert isinstance(_overhead.ARGS["airlines"], list)
+
+
+def test_json_string_arguments_take_the_same_path_as_a_model() -> None:
+    """The JSON contender really passes a string: a guard sees what a model sends."""
+    assert isinstance(_overhead.ARGS_JSON, str)
+    assert json.loads(_overhead.ARGS_JSON) == _overhead.ARGS
+
+
+def test_overhead_json_names_every_timing_ratio_and_target(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --overhead --json` names every timing, ratio and target (values not asserted)."""
+    real = _overhead.measure
+
+    def quick(**_: Any) -> _overhead.Overhead:
+        return real(repeat=1, budget=0.001, process=False)
+
+    monkeypatch.setattr(_overhead, "measure", quick)
+    assert main(["bench", "--overhead", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["timings_us"]) == {name for name, _, _ in _overhead._contenders()}
+    assert all(v > 0 for v in data["timings_us"].values())
+    for ratio in ("guarded/stamina", "guarded_json/stamina_json",
+                  "guarded_trace/stamina_json", "guarded_failure/stamina_failure"):
+        assert data["ratios"][ratio] > 0
+    assert set(data["targets"]) == {"success_dict", "success_json", "success_trace",
+                                    "failure", "otel_extra", "first_failure",
+                                    "imports_at_call"}
+    assert data["targets"]["success_dict"]["met"] in (True, False)
+    assert data["targets"]["first_failure"]["met"] is None  # not measured: process=False
+    assert main(["bench", "--overhead"]) == 0
+    out = capsys.readouterr().out
+    assert "target guarded" in out and "first failure in a fresh process" in out
+
+
+def test_process_figures_come_from_a_fresh_interpreter() -> None:
+    """The first-failure probe runs in its own process and reports its imports."""
+    figures = _overhead._probe("first_failure", 1)
+    assert figures["first_failure_ms"] > 0
+    assert figures["first_failure_new_modules"] >= len(figures["new_modules"])
+    assert figures["first_failure_peak_kib"] > 0
+
+
+def test_payloads_have_the_requested_size() -> None:
+    """The fingerprint benchmark's arguments are at least as large as their label says."""
+    for size in (1_000, 100_000):
+        assert size <= len(json.dumps(_overhead.payload(size))) < size * 1.1
