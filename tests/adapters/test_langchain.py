@@ -33,6 +33,7 @@ from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from toolfault.adapters.langchain import (  # noqa: E402
     GuardedTool,
     guard_langchain_tool,
+    halted,
     langchain_tools,
 )
 
@@ -157,14 +158,15 @@ def test_transient_failure_is_retried_inside_the_wrapper(tools: Tools) -> None:
 
 
 def test_identical_failures_end_in_the_terminal_stop(tools: Tools) -> None:
-    """The model repeats a failing call; the body runs only up to the cap, then is blocked."""
+    """The model repeats a failing call: the body runs up to the cap, then the turn halts."""
     calls = [ai_call("find_city", {"city": "Atlantis"}, f"c{i}") for i in range(4)]
     messages = run_graph(langchain_tools(tools.guard), *calls)
     assert [m.tool_call_id for m in messages] == ["c0", "c1", "c2", "c3"]
     assert all(m.status == "error" for m in messages)
     assert str(messages[0].content).startswith("find_city failed (code: not_found).")
     assert TERMINAL not in str(messages[0].content)
-    assert all(TERMINAL in str(m.content) for m in messages[1:])
+    assert TERMINAL in str(messages[1].content)
+    assert [halted(m) for m in messages] == [False, False, True, True]
     assert tools.runs["find_city"] == 2
 
 
