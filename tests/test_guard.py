@@ -96,8 +96,19 @@ def test_terminal_message_after_cap_and_tool_not_called_again() -> None:
         "failure to the user."
     )
     assert results[3].blocked and not results[2].blocked
-    assert results[4].text == results[2].text
-    assert [i.kind for i in guard.incidents] == [IncidentKind.RETRY_CAP]
+    assert results[3].halt and results[4].halt and not results[2].halt
+    assert results[3].code == "halted" and results[4].code == "halted"
+    assert [i.kind for i in guard.incidents] == [IncidentKind.RETRY_CAP, IncidentKind.HALT]
+
+
+def test_without_halting_the_block_repeats_the_terminal_message() -> None:
+    """halt_after_terminal=None: every further repeat is blocked with the terminal text."""
+    guard, calls = make_guard(limits=Limits(retry_limit=3, halt_after_terminal=None,
+                                            backoff=FAST))
+    results = [guard.call("search_flights", BAD) for _ in range(5)]
+    assert calls["search_flights"] == 3
+    assert results[4].text == results[2].text and results[4].blocked
+    assert not any(r.halt for r in results)
 
 
 def test_cosmetic_json_difference_is_the_same_call() -> None:
@@ -169,6 +180,7 @@ def test_default_limits_follow_failure_class() -> None:
         raise ConnectionError("reset by peer")
 
     assert [guard.call("bad", {"x": 1}).terminal for _ in range(3)] == [False, True, True]
+    guard.new_turn()  # the refused third call halted the turn
     assert [guard.call("flaky", {"x": 1}).terminal for _ in range(4)] == [
         False, False, True, True]
     assert ran == {"bad": 2, "flaky": 3}

@@ -1,0 +1,93 @@
+"""The ladder after the cap: halts, per-tool failure ceilings, no-progress and expiring blocks.
+
+The fingerprint counts live in the store (shared by a fleet); what a turn escalates to lives
+here, in the guard's process, per task and turn: refused repeats after the terminal message,
+failures per tool, the recent read-only calls and their results (for repeats and ``A,B,A,B``
+cycles), when each block started, and whether the turn is halted.  With a shared store the
+escalation is per process, which only ever makes it later, never wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from toolfault._state import CallKey
+
+#: Scopes remembered at once (one per task and live turn); the oldest are forgotten first.
+MAX_SCOPES = 4096
+#: A unique marker that breaks cycles (a failure or a side effect is never "the same again").
+_BREAK: tuple[str, Hashable, int] = ("", (), 0)
+
+
+@dataclass(slots=True)
+class TurnState:
+    """What one turn of one task has escalated to."""
+
+    halted: str | None = None
+    halted_at: float = 0.0
+    no_progress: int = 0
+    tool_failures: dict[str, int] = field(default_factory=dict)
+    history: list[tuple[str, Hashable, int]] = field(default_factory=list)
+    capped: dict[CallKey, float] = field(default_factory=dict)
+    refused: dict[CallKey, int] = field(default_factory=dict)
+    failed: dict[CallKey, str] = field(default_factory=dict)
+
+    def reset(self) -> list[CallKey]:
+        """Forget everything (a halt expired); returns the keys whose store counts to clear."""
+        keys = list(self.failed) + [k for k in self.capped if k not in self.failed]
+        self.halted, self.halted_at, self.no_progress = None, 0.0, 0
+        self.tool_failures.clear()
+        self.history.clear()
+        self.capped.clear()
+        self.refused.clear()
+        self.failed.clear()
+        return keys
+
+
+class Progress:
+    """Turn states by ``(task, turn)``, shared by a guard and its scopes; thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._turns: OrderedDict[tuple[str, int], TurnState] = OrderedDict()
+        #: ``(task, turn)`` of halted turns: the fast path's one cheap check.
+        self.halted: set[tuple[str, int]] = set()
+
+    def get(self, task: str, turn: int) -> TurnState | None:
+        return self._turns.get((task, turn))
+
+    def state(self, task: str, turn: int) -> TurnState:
+        """The turn's state, created on first use (call with :attr:`lock` held)."""
+        scope = (task, turn)
+        state = self._turns.get(scope)
+        if state is None:
+            state = self._turns[scope] = TurnState()
+            if len(self._turns) > MAX_SCOPES:
+                old, _ = self._turns.popitem(last=False)
+                self.halted.discard(old)
+        return state
+
+    def forget(self, task: str, before: int | None = None) -> None:
+        """Drop a task's turns (all of them, or those before ``before``)."""
+        with self.lock:
+            for scope in [s for s in self._turns if s[0] == task
+                          and (before is None or s[1] < before)]:
+                del self._turns[scope]
+                self.halted.discard(scope)
+
+
+def repeats(history: list[tuple[str, Hashable, int]], longest: int) -> int:
+    """Length of the cycle the newest entries repeat (``A,A`` → 1, ``A,B,A,B`` → 2), or 0."""
+    size = len(history)
+    for length in range(1, longest + 1):
+        if size < 2 * length:
+            break
+        tail = history[size - length:]
+        if _BREAK in tail:
+            continue
+        if tail == history[size - 2 * length:size - length]:
+            return length
+    return 0
