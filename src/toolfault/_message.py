@@ -155,8 +155,7 @@ def render_terminal(
     lead = "You must now either " if moves else "You must now "
     window = f" for the next {format_seconds(blocked_for)}" if blocked_for else ""
     text = (
-        f"{tool} failed {count} {'time' if count == 1 else 'times'} with identical arguments "
-        f"(code: {code}).\n"
+        f"{tool} failed {count} times with identical arguments (code: {code}).\n"
         f"Retrying the same call is not allowed{window}.\n"
         f"{lead}{join_moves(moves)}."
     )
