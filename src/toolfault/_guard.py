@@ -1287,7 +1287,6 @@ class Guard(EffectsMixin, BudgetMixin):
             state = progress.state(self.task_id, self._turn)
             state.no_progress += 1
             told = state.no_progress
-            state.history.clear()
         if cycle == 1:
             reason = (f"{call.name} returned the same result as the identical call before it; "
                       "calling it again will not change anything")
