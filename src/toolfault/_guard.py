@@ -482,19 +482,54 @@ class Guard(EffectsMixin, BudgetMixin):
             return self._safe_emit(call, self._crash(call, exc))
 
     def run_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
-        """Run a batch of calls from your own loop: ``(name, args)``, dicts or SDK objects."""
+        """Run a batch of calls from your own loop: ``(name, args)``, dicts or SDK objects.
+
+        Never raises: an item that names no tool gets an ``invalid_call`` result in its place.
+        """
         results = []
-        for item in calls:
-            name, args, cid = _unpack_call(item)
+        for item in self._items(calls):
+            try:
+                name, args, cid = _unpack_call(item)
+            except Exception as exc:  # noqa: BLE001 - a malformed item is answered, not raised
+                results.append(self._invalid_call(item, exc))
+                continue
             results.append(self.call(name, args, call_id=cid))
         return results
 
     async def arun_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
         """Run one turn's parallel calls concurrently, results in the order given."""
-        unpacked = [_unpack_call(item) for item in calls]
-        return list(await asyncio.gather(
-            *(self.acall(n, a, call_id=c) for n, a, c in unpacked)
-        ))
+        async def one(item: Any) -> ToolResult:
+            try:
+                name, args, cid = _unpack_call(item)
+            except Exception as exc:  # noqa: BLE001
+                return self._invalid_call(item, exc)
+            return await self.acall(name, args, call_id=cid)
+
+        return list(await asyncio.gather(*(one(item) for item in self._items(calls))))
+
+    def _items(self, calls: Any) -> list[Any]:
+        if isinstance(calls, (str, bytes, Mapping, tuple)) or calls is None:
+            return [calls]  # one call, or nothing usable: answered item by item
+        try:
+            return list(calls)
+        except Exception:  # noqa: BLE001 - not iterable, or it broke while iterating
+            return [calls]
+
+    def _invalid_call(self, item: Any, exc: BaseException) -> ToolResult:
+        """``invalid_call`` for a batch item that could not be read as a tool call."""
+        if isinstance(exc, _Malformed):
+            reason, name, cid = exc.reason, exc.name, exc.call_id
+        else:
+            reason, name, cid = "the tool call could not be read", "tool_call", None
+        shown: Any = item if isinstance(item, (dict, list)) else (
+            item if isinstance(item, str) else repr(item)[:200])
+        if isinstance(item, Mapping) and not isinstance(item, dict):
+            shown = repr(item)[:200]
+        call = _Call(None, name, shown, cid or _new_call_id(), time.monotonic())
+        try:
+            return self._safe_emit(call, self._fail_unscoped(call, "invalid_call", reason))
+        except Exception as crash:  # noqa: BLE001
+            return self._safe_emit(call, self._crash(call, crash))
 
     # -- preparation (shared by sync and async) ------------------------------------------
     def _prepare(self, call: _Call) -> ToolResult | None:
@@ -1237,7 +1272,7 @@ class Guard(EffectsMixin, BudgetMixin):
                 if terminal:
                     state.capped.setdefault(key, self._clock())
         ceiling = self.limits.max_tool_failures_per_turn
-        if ceiling is not None and failures >= ceiling:
+        if ceiling is not None and failures >= ceiling and failure.code != "invalid_call":
             return self._halt(call, f"{call.name} failed {failures} times in this turn "
                                     f"(last: {failure.code})", outcome=failure.outcome,
                               blocked=False)
@@ -1452,24 +1487,54 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+class _Malformed(Exception):
+    """A tool-call item that names no tool (answered with ``invalid_call``)."""
+
+    def __init__(self, reason: str, name: str = "tool_call", call_id: str | None = None
+                 ) -> None:
+        super().__init__(reason)
+        self.reason, self.name, self.call_id = reason, name, call_id
+
+
+def _named(name: Any, call_id: Any) -> str:
+    if isinstance(name, str) and name.strip():
+        return name
+    cid = str(call_id) if isinstance(call_id, (str, int)) else None
+    if name is None:
+        raise _Malformed("the tool call has no tool name", call_id=cid)
+    raise _Malformed(f"the tool name must be a non-empty string, not {type(name).__name__}",
+                     call_id=cid)
+
+
 def _unpack_call(item: Any) -> tuple[str, Any, str | None]:
-    """Accept ``(name, args)``, ``{"name", "arguments", "id"}`` and SDK tool-call objects."""
-    if isinstance(item, tuple) and len(item) in (2, 3):
+    """Accept ``(name, args)``, ``{"name", "arguments", "id"}`` and SDK tool-call objects.
+
+    Anything else raises :class:`_Malformed`, which the batch answers with ``invalid_call``.
+    """
+    if isinstance(item, tuple):
+        if len(item) not in (2, 3):
+            raise _Malformed(f"a tool call tuple must be (name, arguments) or (name, arguments, "
+                             f"id), not {len(item)} items")
         cid = item[2] if len(item) == 3 else None
-        return str(item[0]), item[1], (str(cid) if cid is not None else None)
+        return _named(item[0], cid), item[1], (str(cid) if cid is not None else None)
     if isinstance(item, Mapping):
         fn = item.get("function")
         if isinstance(fn, Mapping):
-            return str(fn.get("name")), fn.get("arguments"), item.get("id")
+            return _named(fn.get("name"), item.get("id")), fn.get("arguments"), item.get("id")
         args = item.get("arguments", item.get("args", item.get("input")))
-        return str(item.get("name")), args, item.get("call_id") or item.get("id")
+        cid = item.get("call_id") or item.get("id")
+        return _named(item.get("name"), cid), args, cid
+    if item is None or isinstance(item, (str, bytes, int, float, list, set)):
+        raise _Malformed(f"a tool call must be a (name, arguments) pair, a dict or a tool-call "
+                         f"object, not {type(item).__name__}")
     fn = getattr(item, "function", None)
     if fn is not None:
-        return str(fn.name), fn.arguments, getattr(item, "id", None)
+        cid = getattr(item, "id", None)
+        return _named(getattr(fn, "name", None), cid), getattr(fn, "arguments", None), cid
     name = getattr(item, "name", None)
     args = getattr(item, "arguments", getattr(item, "input", getattr(item, "args", None)))
     cid = getattr(item, "call_id", None) or getattr(item, "id", None)
-    return str(name), args, cid
+    return _named(name, cid), args, cid
 
 
 def _async_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
