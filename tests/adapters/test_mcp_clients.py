@@ -191,3 +191,60 @@ async def test_tools_are_listed_with_annotations_from_their_registration() -> No
     assert listed["put"] is not None and listed["put"].read_only_hint is False
     assert listed["put"].idempotent_hint is True
     assert listed["send"] is not None and listed["send"].destructive_hint is True
+
+
+def _remote_server() -> tuple[Server[Any], dict[str, int]]:
+    """A plain MCP server (not toolfault's) whose tools carry ToolAnnotations."""
+    runs: dict[str, int] = {}
+    ann = types.ToolAnnotations
+    listed = [
+        types.Tool(name="read_doc", input_schema={"type": "object", "properties": {
+            "doc": {"type": "string"}}, "required": ["doc"]},
+            annotations=ann(read_only_hint=True)),
+        types.Tool(name="set_flag", input_schema={"type": "object", "properties": {
+            "on": {"type": "boolean"}}}, annotations=ann(idempotent_hint=True)),
+        types.Tool(name="send_mail", input_schema={"type": "object", "properties": {
+            "to": {"type": "string"}}}, annotations=ann(destructive_hint=False)),
+        types.Tool(name="plain", input_schema={"type": "object"}),
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        runs[params.name] = runs.get(params.name, 0) + 1
+        if params.name == "send_mail":
+            return types.CallToolResult(content=[types.TextContent(
+                type="text", text="mailbox full")], is_error=True)
+        return types.CallToolResult(content=[types.TextContent(type="text", text="same page")])
+
+    return Server("remote", on_list_tools=list_tools, on_call_tool=call_tool), runs
+
+
+async def test_remote_tool_annotations_are_the_side_effect_defaults() -> None:
+    """readOnly/idempotent tools are reads; others, unannotated ones too, are side effects."""
+    server, runs = _remote_server()
+    guard = Guard()
+    async with Client(server) as client:
+        names = await mcp_adapter.guard_mcp_tools(guard, client, prefix="docs_",
+                                                  options={"plain": {"side_effect": False}})
+        effects = {n: guard.tools[n].side_effect for n in names}
+        first = await guard.acall("docs_read_doc", {"doc": "a"})
+        again = await guard.acall("docs_read_doc", {"doc": "a"})
+        mail = await guard.acall("docs_send_mail", {"to": "x"})
+    assert effects == {"docs_read_doc": False, "docs_set_flag": False,
+                       "docs_send_mail": True, "docs_plain": False}
+    assert first.ok and first.value == "same page"
+    assert again.code == "no_progress"  # a read-only tool gave the identical result again
+    assert runs["read_doc"] == 2
+    assert mail.code == "tool_error" and "mailbox full" in mail.text
+
+
+async def test_a_toolfault_servers_code_survives_the_hop(tools: Tools) -> None:
+    """Guarding a toolfault MCP server's tools keeps the remote failure's code."""
+    guard = Guard()
+    async with Client(tools.server) as client:
+        await mcp_adapter.guard_mcp_tools(guard, client)
+        result = await guard.acall("find_city", {"city": "Atlantis"})
+    assert result.code == "not_found"
+    assert guard.tools["find_city"].side_effect is False  # published readOnlyHint

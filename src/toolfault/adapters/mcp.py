@@ -45,7 +45,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -55,7 +55,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from toolfault import __version__
-from toolfault._errors import Outcome
+from toolfault._errors import Outcome, ToolError
 from toolfault._guard import Guard
 from toolfault._message import echo_args, render_error
 from toolfault._result import ToolResult
@@ -70,11 +70,13 @@ __all__ = [
     "TURN_META_KEY",
     "current_request",
     "failure_meta",
+    "guard_mcp_tools",
     "mcp_server",
     "run_stdio",
     "serve_stdio",
     "serve_streamable_http",
     "session_guard",
+    "side_effect_of",
     "to_call_tool_result",
     "tool_annotations",
 ]
@@ -418,6 +420,77 @@ def mcp_server(
                                  on_list_tools=list_tools, on_call_tool=call_tool)
     server._toolfault_scopes = scopes  # type: ignore[attr-defined]
     return server
+
+
+def side_effect_of(annotations: types.ToolAnnotations | None) -> bool:
+    """Whether a remote tool's calls change the world, by its ``ToolAnnotations``.
+
+    ``readOnlyHint`` tools have no effect; ``idempotentHint`` tools may be repeated safely,
+    so the guard treats them like reads (a timeout may be retried, an identical result again
+    is no progress).  Anything else, unannotated tools included (MCP's defaults: not read-only,
+    destructive, not idempotent), is a side effect: timeouts are ``Effect: unknown`` and never
+    blindly retried.
+    """
+    if annotations is None:
+        return True
+    return not (annotations.read_only_hint or annotations.idempotent_hint)
+
+
+def _remote_value(result: types.CallToolResult) -> Any:
+    """What a remote tool returned: its structured content, else its text, else its blocks."""
+    if result.structured_content is not None:
+        return result.structured_content
+    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    if len(texts) == len(result.content):
+        return "\n".join(texts)
+    return list(result.content)
+
+
+def _remote_error(name: str, result: types.CallToolResult) -> ToolError:
+    """A remote ``isError`` result as the guard's error (its code when a toolfault server sent
+    one in ``_meta``, else ``tool_error`` with the server's text as the reason)."""
+    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    reason = " ".join(" ".join(texts).split())[:500] or f"{name} reported an error"
+    fields = (result.meta or {}).get(ERROR_META_KEY)
+    code = fields.get("code") if isinstance(fields, Mapping) else None
+    return ToolError(code if isinstance(code, str) and code else "tool_error", reason)
+
+
+async def guard_mcp_tools(guard: Guard, client: Any, *, prefix: str = "",
+                          options: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Register every tool of a connected MCP server on ``guard``; returns the names.
+
+    ``client`` is an open ``mcp.Client`` or ``ClientSession``.  Each tool keeps its input
+    schema and description; its ``ToolAnnotations`` give the default ``side_effect`` (see
+    :func:`side_effect_of`), and ``options[name]`` (any :meth:`Guard.tool` keyword) overrides
+    them.  A remote ``isError`` result becomes the guard's four-part message.  Call these
+    tools with ``guard.acall`` or an async adapter, on the loop the client runs on.
+    """
+    extra = options or {}
+    listed = await client.list_tools()
+    names: list[str] = []
+    for tool in listed.tools:
+        remote = tool.name
+        name = f"{prefix}{remote}"
+        settings: dict[str, Any] = {
+            "name": name, "description": tool.description or tool.title or remote,
+            "schema": copy.deepcopy(dict(tool.input_schema)),
+            "side_effect": side_effect_of(tool.annotations),
+        }
+        settings.update(extra.get(remote, {}))
+        guard.tool(**settings)(_caller(client, remote))
+        names.append(name)
+    return names
+
+
+def _caller(client: Any, remote: str) -> Callable[..., Awaitable[Any]]:
+    async def call(**kwargs: Any) -> Any:
+        result = await client.call_tool(remote, kwargs)
+        if result.is_error:
+            raise _remote_error(remote, result)
+        return _remote_value(result)
+
+    return call
 
 
 async def run_stdio(server: Server[Any]) -> None:
