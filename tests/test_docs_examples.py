@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from toolfault import Guard
 from toolfault._lint import lint_guard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,8 +111,9 @@ def test_readme_first_example_passes_lint() -> None:
     namespace: dict[str, object] = {"__name__": "readme_first_example"}
     exec(compile(readme_first_example(), "README.md", "exec"), namespace)
     guard = namespace["guard"]
+    assert isinstance(guard, Guard)
     assert lint_guard(guard) == []
-    assert len(getattr(guard, "tools")) >= 1
+    assert len(guard.tools) >= 2
 
 
 def test_lint_would_catch_an_undocumented_first_example() -> None:
