@@ -297,13 +297,15 @@ def test_the_example_graph_runs_offline(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_the_docs_page_example_runs_and_prints_what_the_page_shows(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/adapters/langchain.md: its program runs as shown and prints its sample output."""
+    """docs/adapters/langchain.md: each program runs as shown and prints its sample output."""
     page = Path(__file__).resolve().parents[2] / "docs" / "adapters" / "langchain.md"
     markdown = page.read_text()
-    [program] = re.findall(r"^```python\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
-    [sample] = re.findall(r"^```text\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
-    exec(compile(program, str(page), "exec"), {"__name__": "docs_example"})
-    assert capsys.readouterr().out == sample
+    programs = re.findall(r"^```python\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
+    samples = re.findall(r"^```text\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
+    assert len(programs) == len(samples) == 2
+    for program, sample in zip(programs, samples, strict=True):
+        exec(compile(program, str(page), "exec"), {"__name__": "docs_example"})
+        assert capsys.readouterr().out == sample
 
 
 def test_a_plain_string_input_is_answered_not_raised(tools: Tools) -> None:
