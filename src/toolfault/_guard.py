@@ -52,7 +52,7 @@ from toolfault._fingerprint import NormalizeSpec, fingerprint
 from toolfault._jsontext import prebuilt_encoder
 from toolfault._limits import Limits
 from toolfault._message import echo_args, format_seconds, render_error, render_terminal
-from toolfault._progress import _BREAK, Progress, repeats
+from toolfault._progress import _BREAK, Progress, TurnState, repeats
 from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolContext, ToolResult
@@ -135,6 +135,9 @@ class Guard(EffectsMixin, BudgetMixin):
         #: Seconds for expiring blocks (``Limits.block_seconds``); injectable for tests.
         self._clock = clock or time.monotonic
         self._progress = Progress()
+        self._cached_state: TurnState | None = None  # this scope's current turn, for speed
+        self._cached_for: str | None = None
+        self._cached_turn = -1
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self.last_degraded_error: str | None = None
@@ -1282,34 +1285,49 @@ class Guard(EffectsMixin, BudgetMixin):
         """Record a success; the length of the no-progress cycle it completes, else 0.
 
         Also lifts the blocks of other tools when ``Limits.success_lifts_blocks`` is set.
+        On the hot path: one cached turn state, one append, one or three comparisons.
         """
         limits = self.limits
         longest = limits.no_progress_cycle
-        track = longest is not None and not spec.side_effect and \
-            spec.name not in limits.progress_exempt
         progress = self._progress
-        lifted: list[CallKey] = []
+        state = self._cached_state
+        if state is None or not state.live or self._cached_for is not self.task_id \
+                or self._cached_turn != self._turn:
+            with progress.lock:
+                state = progress.state(self.task_id, self._turn)
+            self._cached_state, self._cached_for, self._cached_turn = \
+                state, self.task_id, self._turn
         cycle = 0
-        with progress.lock:
-            state = progress.state(self.task_id, self._turn)
-            if limits.success_lifts_blocks and state.failed:
-                for key, tool in list(state.failed.items()):
-                    if tool != spec.name:
-                        del state.failed[key]
-                        state.capped.pop(key, None)
-                        state.refused.pop(key, None)
-                        lifted.append(key)
+        if limits.success_lifts_blocks and state.failed:
+            with progress.lock:
+                lifted = self._lift_others(state, spec.name)
+            for key in lifted:
+                self._safe_store(self._store.clear_failures, key)
+        if longest is not None:
+            # No lock: appends are atomic, and a race between two threads of one turn can
+            # at worst miss a repeat, never invent one (entries must be equal).
             history = state.history
-            if track and longest is not None:
-                history.append((spec.name, _args_key(spec, args), hash(text)))
-                if len(history) > 2 * longest:
-                    del history[:len(history) - 2 * longest]
-                cycle = repeats(history, longest)
-            elif longest is not None:
+            if spec.side_effect or spec.name in limits.progress_exempt:
                 history.append(_BREAK)
-        for key in lifted:
-            self._safe_store(self._store.clear_failures, key)
+            else:
+                # The result's hash first: a different result fails a comparison at once.
+                history.append((hash(text), spec.name, args))
+                cycle = repeats(history, longest)
+            if len(history) > 2 * longest:
+                del history[0]
         return cycle
+
+    @staticmethod
+    def _lift_others(state: TurnState, tool: str) -> list[CallKey]:
+        """Forget the blocks of tools other than ``tool``; the keys to clear in the store."""
+        lifted = []
+        for key, name in list(state.failed.items()):
+            if name != tool:
+                del state.failed[key]
+                state.capped.pop(key, None)
+                state.refused.pop(key, None)
+                lifted.append(key)
+        return lifted
 
     def _no_progress(self, call: _Call, cycle: int) -> ToolResult:
         """The ``no_progress`` message (the call is blocked from now on), or the halt."""
@@ -1439,16 +1457,6 @@ def _flat_simple(args: dict[str, Any]) -> bool:
         elif kind not in _SIMPLE:
             return False
     return True
-
-
-def _args_key(spec: ToolSpec, args: Any) -> Any:
-    """The identity of a call's arguments for no-progress checks (exact, cheap when flat)."""
-    if type(args) is dict and _flat_simple(args):
-        return tuple(sorted(args.items()))
-    try:
-        return fingerprint(spec.name, args, spec.normalizers)
-    except (ValueError, TypeError, RecursionError):
-        return repr(args)[:10_000]
 
 
 def _without(text: str, hidden: set[str]) -> str:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolfault._state import CallKey
 
 #: Scopes remembered at once (one per task and live turn); the oldest are forgotten first.
 MAX_SCOPES = 4096
-#: A unique marker that breaks cycles (a failure or a side effect is never "the same again").
-_BREAK: tuple[str, Hashable, int] = ("", (), 0)
+#: A marker that breaks cycles (a failure or a side effect is never "the same again").
+_BREAK: Any = object()
 
 
 @dataclass(slots=True)
@@ -30,10 +30,13 @@ class TurnState:
     halted_at: float = 0.0
     no_progress: int = 0
     tool_failures: dict[str, int] = field(default_factory=dict)
-    history: list[tuple[str, Hashable, int]] = field(default_factory=list)
+    #: ``(hash of the result text, tool, arguments)`` of recent calls, newest last.
+    history: list[Any] = field(default_factory=list)
     capped: dict[CallKey, float] = field(default_factory=dict)
     refused: dict[CallKey, int] = field(default_factory=dict)
     failed: dict[CallKey, str] = field(default_factory=dict)
+    #: False once forgotten (a new turn, or the oldest of too many scopes): caches re-read.
+    live: bool = True
 
     def reset(self) -> list[CallKey]:
         """Forget everything (a halt expired); returns the keys whose store counts to clear."""
@@ -66,7 +69,8 @@ class Progress:
         if state is None:
             state = self._turns[scope] = TurnState()
             if len(self._turns) > MAX_SCOPES:
-                old, _ = self._turns.popitem(last=False)
+                old, gone = self._turns.popitem(last=False)
+                gone.live = False
                 self.halted.discard(old)
         return state
 
@@ -75,19 +79,27 @@ class Progress:
         with self.lock:
             for scope in [s for s in self._turns if s[0] == task
                           and (before is None or s[1] < before)]:
-                del self._turns[scope]
+                self._turns.pop(scope).live = False
                 self.halted.discard(scope)
 
 
-def repeats(history: list[tuple[str, Hashable, int]], longest: int) -> int:
-    """Length of the cycle the newest entries repeat (``A,A`` → 1, ``A,B,A,B`` → 2), or 0."""
+def repeats(history: list[Any], longest: int) -> int:
+    """Length of the cycle the newest entries repeat (``A,A`` → 1, ``A,B,A,B`` → 2), or 0.
+
+    Called after every read-only success, so the usual answer (no repeat) costs one
+    comparison per length, and entries compare their result hash first.
+    """
     size = len(history)
-    for length in range(1, longest + 1):
-        if size < 2 * length:
-            break
-        tail = history[size - length:]
-        if _BREAK in tail:
+    last = history[-1] if size else _BREAK
+    if last is _BREAK:
+        return 0
+    for length in range(1, min(longest, size // 2) + 1):
+        if history[-1 - length] != last:
             continue
-        if tail == history[size - 2 * length:size - length]:
+        for back in range(2, length + 1):
+            entry = history[-back]
+            if entry is _BREAK or entry != history[-back - length]:
+                break
+        else:
             return length
     return 0
