@@ -291,3 +291,28 @@ def test_block_window_with_a_durable_store(store: Store) -> None:
     clock.now += 10
     assert guard.call("find_city", {"name": "Atlantis"}).code == "not_found"
     assert ran["find_city"] == 3
+
+
+def test_a_success_elsewhere_does_not_lift_a_halt() -> None:
+    """success_lifts_blocks lifts blocks, never a halted turn (the other tool is refused too)."""
+    guard, ran = make(Limits(backoff=FAST, success_lifts_blocks=True))
+    assert repeat(guard, 10)[-1].halt
+    assert guard.call("weather", {"city": "Oslo"}).halt and ran["weather"] == 0
+
+
+@pytest.mark.parametrize("bad", [
+    {"halt_after_terminal": 0}, {"max_tool_failures_per_turn": 0}, {"no_progress_cycle": 0},
+    {"halt_after_no_progress": -1}, {"block_seconds": 0}, {"block_seconds": -5.0},
+])
+def test_limits_reject_rungs_that_cannot_work(bad: dict[str, Any]) -> None:
+    """A ladder setting below its minimum is a configuration error, not a silent no-op."""
+    from toolfault import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        Limits(**bad)
+
+
+def test_progress_exempt_accepts_any_collection() -> None:
+    """progress_exempt given as a list or set is stored as a frozenset (membership is cheap)."""
+    limits = Limits(progress_exempt=["poll"])  # type: ignore[arg-type]
+    assert limits.progress_exempt == frozenset({"poll"})
