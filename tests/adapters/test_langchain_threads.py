@@ -229,3 +229,31 @@ def test_halt_hook_passes_everything_else() -> None:
     assert halt_hook({"messages": plain}) == {}
     assert halt_hook({"messages": [HumanMessage("hi"), AIMessage("done")]}) == {}
     assert halt_hook({"messages": []}) == {}
+
+
+def test_a_hand_built_graph_ends_with_halt_hook_as_a_node(
+        guard: tuple[Guard, dict[str, int]]) -> None:
+    """agent -> halt_hook -> tools_condition: the hand-built loop reaches END at cap + 1."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    g, runs = guard
+    model = repeating("find_city", {"city": "Atlantis"})
+
+    def agent_node(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent_node)
+    builder.add_node("halt", halt_hook)
+    builder.add_node("tools", ToolNode(langchain_tools(g)))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "halt")
+    builder.add_conditional_edges("halt", tools_condition)
+    builder.add_edge("tools", "agent")
+    out = builder.compile().invoke({"messages": [HumanMessage("find Atlantis")]},
+                                   {"recursion_limit": 40})
+    messages = tool_messages(out)
+    assert len(messages) == 3 and halted(messages[-1])
+    assert runs["find_city"] == 2
+    assert str(out["messages"][-1].content).startswith("Stopped: ")
