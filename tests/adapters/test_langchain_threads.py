@@ -257,3 +257,17 @@ def test_a_hand_built_graph_ends_with_halt_hook_as_a_node(
     assert len(messages) == 3 and halted(messages[-1])
     assert runs["find_city"] == 2
     assert str(out["messages"][-1].content).startswith("Stopped: ")
+
+
+def test_without_a_thread_id_each_invocation_is_its_own_conversation(
+        guard: tuple[Guard, dict[str, int]]) -> None:
+    """No checkpointer: two users invoking one agent each get their own cap, never the other's."""
+    g, runs = guard
+    app = agent(g, repeating("find_city", {"city": "Atlantis"}))
+    for user in ("alice", "bob"):
+        out = app.invoke({"messages": [HumanMessage(f"{user}: find Atlantis")]})
+        first, second, third = tool_messages(out)
+        assert TERMINAL not in str(first.content)
+        assert TERMINAL in str(second.content) and halted(third)
+    assert runs["find_city"] == 4
+    assert g.incidents == []

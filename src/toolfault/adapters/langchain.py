@@ -15,7 +15,9 @@ text alone.
 Conversations scope themselves: calls count per LangGraph ``thread_id``
 (``config["configurable"]["thread_id"]``), each thread in its own :meth:`Guard.scoped` scope,
 and a new user message in the thread's ``messages`` starts a new turn (``ToolNode`` hands the
-tool the graph state).  Without a ``thread_id`` calls count on the guard itself.
+tool the graph state).  Without a ``thread_id`` (no checkpointer) each invocation's message
+list is its own conversation (keyed by its first message's id); calls made outside a
+``ToolNode`` without a ``thread_id`` count on the guard itself.
 
 A halt ends the run without a recursion error: pass :func:`halt_hook` as
 ``create_react_agent(..., post_model_hook=halt_hook)`` (or run it as a node between the model
@@ -70,25 +72,27 @@ class _Threads:
         self.scopes: OrderedDict[str, tuple[Guard, int | None]] = OrderedDict()
         self.root_humans: int | None = None
 
-    def scope(self, guard: Guard, thread: str | None, humans: int | None) -> Guard:
+    def scope(self, guard: Guard, thread: str | None, humans: int | None,
+              label: str = "thread") -> Guard:
         with self.lock:
             if thread is None:
                 if humans is not None and self.root_humans not in (None, humans):
                     guard.new_turn()
                 self.root_humans = humans if humans is not None else self.root_humans
                 return guard
-            entry = self.scopes.get(thread)
+            key = f"{label}\x00{thread}"
+            entry = self.scopes.get(key)
             if entry is None:
-                scoped = guard.scoped(f"{guard.task_id}/thread-{thread}")
-                self.scopes[thread] = (scoped, humans)
+                scoped = guard.scoped(f"{guard.task_id}/{label}-{thread}")
+                self.scopes[key] = (scoped, humans)
                 while len(self.scopes) > MAX_THREADS:
                     self.scopes.popitem(last=False)
                 return scoped
             scoped, seen = entry
-            self.scopes.move_to_end(thread)
+            self.scopes.move_to_end(key)
             if humans is not None and seen not in (None, humans):
                 scoped.new_turn()  # the user spoke again in this thread
-            self.scopes[thread] = (scoped, humans if humans is not None else seen)
+            self.scopes[key] = (scoped, humans if humans is not None else seen)
             return scoped
 
 
@@ -119,10 +123,23 @@ def _thread_id(config: Mapping[str, Any] | None) -> str | None:
     return None if thread is None or thread == "" else str(thread)
 
 
+def _messages(state: Any) -> Any:
+    return state.get("messages") if isinstance(state, Mapping) else getattr(
+        state, "messages", None)
+
+
+def _first_id(state: Any) -> str | None:
+    """The id of the first message of the graph state, if it has one."""
+    messages = _messages(state)
+    if not isinstance(messages, (list, tuple)) or not messages:
+        return None
+    first = getattr(messages[0], "id", None)
+    return first if isinstance(first, str) and first else None
+
+
 def _human_count(state: Any) -> int | None:
     """User messages in the graph state, the turn marker (``None`` without a message list)."""
-    messages = state.get("messages") if isinstance(state, Mapping) else getattr(
-        state, "messages", None)
+    messages = _messages(state)
     if not isinstance(messages, (list, tuple)):
         return None
     return sum(1 for m in messages if isinstance(m, BaseMessage) and m.type == "human")
@@ -179,9 +196,17 @@ class GuardedTool(BaseTool):
         """The thread's scope and the call id, from ToolNode's runtime or the config."""
         call_id = getattr(runtime, "tool_call_id", None) or _tool_call_id.get()
         run_config = getattr(runtime, "config", None) or config
-        humans = _human_count(getattr(runtime, "state", None))
-        scoped = _threads_of(self.guard).scope(self.guard, _thread_id(run_config), humans)
-        return scoped, call_id
+        state = getattr(runtime, "state", None)
+        humans = _human_count(state)
+        thread = _thread_id(run_config)
+        if thread is None:
+            # No thread_id (no checkpointer): the conversation is the message list itself,
+            # named by its first message's id, which LangGraph assigns once per invocation.
+            first = _first_id(state)
+            if first is not None:
+                return (_threads_of(self.guard).scope(self.guard, first, humans,
+                                                      "conversation"), call_id)
+        return _threads_of(self.guard).scope(self.guard, thread, humans), call_id
 
     def _shape(self, result: ToolResult, call_id: str | None) -> tuple[Any, Any]:
         artifact = result.data
