@@ -316,3 +316,20 @@ def test_progress_exempt_accepts_any_collection() -> None:
     """progress_exempt given as a list or set is stored as a frozenset (membership is cheap)."""
     limits = Limits(progress_exempt=["poll"])  # type: ignore[arg-type]
     assert limits.progress_exempt == frozenset({"poll"})
+
+
+def test_a_transient_tool_failing_every_attempt_halts_after_six_runs() -> None:
+    """Each failed attempt counts toward the tool's ceiling: 2 messages and 6 runs, not 9."""
+    guard = Guard(limits=Limits(backoff=Backoff(attempts=3, initial=0, jitter=0)),
+                  scan_env_secrets=False, sleep=lambda _: None)
+    runs = {"n": 0}
+
+    @guard.tool
+    def fetch(url: str) -> str:
+        runs["n"] += 1
+        raise ConnectionError("connection reset by peer")
+
+    told = repeat(guard, 20, "fetch", {"url": "https://example.com"})
+    assert [r.code for r in told] == ["unavailable", "halted"]
+    assert runs["n"] == 6
+    assert "fetch failed 6 times in this turn (last: unavailable)" in told[-1].text

@@ -183,3 +183,25 @@ def test_string_arguments_are_the_same_call() -> None:
     guard, _ = make()
     assert guard.call("get_order", '{"order_id": "A1"}').ok
     assert guard.call("get_order", {"order_id": "A1"}).code == "no_progress"
+
+
+def test_no_progress_repeats_asks_for_more_repetitions() -> None:
+    """no_progress_repeats=3: the third identical result is flagged; A,B cycles at call six."""
+    guard, ran = make(Limits(no_progress_repeats=3))
+    told = [guard.call("get_order", {"order_id": "A1"}) for _ in range(4)]
+    assert codes(told) == [None, None, "no_progress", "halted"]
+    assert ran["get_order"] == 3
+    guard, _ = make(Limits(no_progress_repeats=3))
+    a = ("get_order", {"order_id": "A1"})
+    b = ("get_user", {"user_id": 7})
+    told = [guard.call(*step) for step in (a, b, a, b, a, b)]
+    assert codes(told) == [None] * 5 + ["no_progress"]
+
+
+def test_many_failures_keep_the_history_short() -> None:
+    """A long run of failures does not grow the per-turn history without bound."""
+    guard, _ = make(Limits(max_tool_failures_per_turn=None))
+    for i in range(50):
+        guard.call("get_user", {"user_id": f"x{i}"})
+    state = guard._progress.get("default", 0)
+    assert state is not None and len(state.history) <= 6

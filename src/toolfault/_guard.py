@@ -1262,14 +1262,20 @@ class Guard(EffectsMixin, BudgetMixin):
 
     def _note_failure(self, call: _Call, failure: Failure, *, terminal: bool
                       ) -> ToolResult | None:
-        """Count a genuine failure per tool; the halt when the tool's ceiling is reached."""
+        """Count a genuine failure per tool (each attempt); the halt at the tool's ceiling."""
         key = call.key
         progress = self._progress
         with progress.lock:
             state = progress.state(self.task_id, self._turn)
-            failures = state.tool_failures.get(call.name, 0) + 1
+            # Every failed run of the body counts, retries inside the wrapper included: a
+            # transient tool that failed 3 attempts twice has failed 6 times.
+            failures = state.tool_failures.get(call.name, 0) + max(1, call.attempts)
             state.tool_failures[call.name] = failures
-            state.history.append(_BREAK)
+            history = state.history
+            history.append(_BREAK)
+            keep = (self.limits.no_progress_cycle or 1) * self.limits.no_progress_repeats
+            if len(history) > keep:
+                del history[:-keep]
             if key is not None:
                 state.failed[key] = call.name
                 if terminal:
@@ -1312,8 +1318,8 @@ class Guard(EffectsMixin, BudgetMixin):
             else:
                 # The result's hash first: a different result fails a comparison at once.
                 history.append((hash(text), spec.name, args))
-                cycle = repeats(history, longest)
-            if len(history) > 2 * longest:
+                cycle = repeats(history, longest, limits.no_progress_repeats)
+            if len(history) > longest * limits.no_progress_repeats:
                 del history[0]
         return cycle
 

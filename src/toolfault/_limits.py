@@ -68,8 +68,10 @@ class Limits:
     - ``no_progress_cycle``: a read-only tool (not ``side_effect``) returning the identical
       result for the identical call again, or a cycle of read-only calls (``A,B,A,B`` up to
       this length) repeating with identical results, gets the ``no_progress`` message;
-      ``halt_after_no_progress`` further no-progress calls halt the turn.  Tools named in
-      ``progress_exempt`` (pollers) are never flagged.
+      ``halt_after_no_progress`` further no-progress calls halt the turn.  ``no_progress_repeats``
+      is how many times in a row the call (or cycle) must occur (2: the first repeat).  Tools
+      named in ``progress_exempt`` (pollers whose result may legitimately stay the same) are
+      never flagged.
     - ``block_seconds``: a block (and a halt) is lifted after this many seconds, and the
       message states the time ("not allowed for the next 60 seconds"); for loops without turn
       boundaries, such as sessionless MCP.  ``success_lifts_blocks``: a successful call to
@@ -90,6 +92,7 @@ class Limits:
     max_tool_failures_per_turn: int | None = 5
     no_progress_cycle: int | None = 3
     halt_after_no_progress: int | None = 1
+    no_progress_repeats: int = 2
     progress_exempt: frozenset[str] = frozenset()
     block_seconds: float | None = None
     success_lifts_blocks: bool = False
@@ -100,6 +103,8 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigurationError(f"Limits.{name} must be at least 1 (or None)")
+        if not isinstance(self.no_progress_repeats, int) or self.no_progress_repeats < 2:
+            raise ConfigurationError("Limits.no_progress_repeats must be at least 2")
         if self.block_seconds is not None and not self.block_seconds > 0:
             raise ConfigurationError("Limits.block_seconds must be greater than 0 (or None)")
         if not isinstance(self.progress_exempt, frozenset):

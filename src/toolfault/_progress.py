@@ -83,23 +83,31 @@ class Progress:
                 self.halted.discard(scope)
 
 
-def repeats(history: list[Any], longest: int) -> int:
-    """Length of the cycle the newest entries repeat (``A,A`` → 1, ``A,B,A,B`` → 2), or 0.
+def repeats(history: list[Any], longest: int, times: int = 2) -> int:
+    """Length of the cycle the newest entries repeat ``times`` times in a row, or 0.
 
-    Called after every read-only success, so the usual answer (no repeat) costs one
-    comparison per length, and entries compare their result hash first.
+    ``A,A`` → 1 and ``A,B,A,B`` → 2 (with ``times=2``).  Called after every read-only
+    success, so the usual answer (no repeat) costs one comparison per length, and entries
+    compare their result hash first.
     """
     size = len(history)
     last = history[-1] if size else _BREAK
     if last is _BREAK:
         return 0
-    for length in range(1, min(longest, size // 2) + 1):
+    for length in range(1, min(longest, size // times) + 1):
         if history[-1 - length] != last:
             continue
-        for back in range(2, length + 1):
-            entry = history[-back]
-            if entry is _BREAK or entry != history[-back - length]:
-                break
-        else:
+        if _cycle_holds(history, length, times):
             return length
     return 0
+
+
+def _cycle_holds(history: list[Any], length: int, times: int) -> bool:
+    for back in range(1, length + 1):
+        entry = history[-back]
+        if entry is _BREAK:
+            return False
+        for k in range(1, times):
+            if history[-back - k * length] != entry:
+                return False
+    return True
