@@ -342,7 +342,8 @@ class Guard(EffectsMixin, BudgetMixin):
             self._clean_turn_known and self.mode == "enforce"
             and limits.max_calls_per_turn is None and limits.max_spend_per_task is None
             and store._down_since is None
-            and (self.task_id, self._turn) not in self._progress.halted
+            and (not self._progress.halted
+                 or (self.task_id, self._turn) not in self._progress.halted)
             and not store.primary.has_failures(self.task_id, self._turn)  # type: ignore[attr-defined]
         )
 
