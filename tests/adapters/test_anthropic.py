@@ -233,3 +233,22 @@ def test_tool_uses_the_guard_does_not_own_are_left_alone(guard: Guard) -> None:
     answered = run_tool_uses(guard, content, others="answer")
     assert [b["tool_use_id"] for b in answered] == ["t1", "t2"]
     assert answered[0]["is_error"] is True
+
+
+def test_two_message_lists_are_two_conversations_without_a_key(
+        guard: Guard, runs: dict[str, int]) -> None:
+    """messages= alone: each list is named by its first tool_use id; counts never mix."""
+    def turn(messages: list[Any], use_id: str) -> str:
+        content = [{"type": "tool_use", "id": use_id, "name": "find_city",
+                    "input": {"name": "X"}}]
+        messages.append({"role": "assistant", "content": content})
+        [block] = run_tool_uses(guard, content, messages=messages)
+        messages.append({"role": "user", "content": [block]})
+        return str(block["content"])
+
+    alice: list[Any] = [{"role": "user", "content": "find X"}]
+    bob: list[Any] = [{"role": "user", "content": "find X"}]
+    a1, b1, a2 = turn(alice, "toolu_a1"), turn(bob, "toolu_b1"), turn(alice, "toolu_a2")
+    assert TERMINAL not in a1 and TERMINAL not in b1
+    assert TERMINAL in a2
+    assert runs["find_city"] == 3

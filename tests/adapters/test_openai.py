@@ -385,3 +385,23 @@ def test_responses_outputs_carry_results_and_the_halt(tools: Tools) -> None:
         assert [r.code for r in outputs.results] in (["not_found"], ["halted"])
         halts.append(outputs.halt)
     assert halts == [False, False, True]
+
+
+def test_two_message_lists_are_two_conversations_without_a_key(tools: Tools) -> None:
+    """messages= alone: each list is named by its first tool call id; counts never mix."""
+    def turn(messages: list[Any], call_id: str) -> str:
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": "find_city", "arguments": '{"name": "X"}'}}]}
+        messages.append(message)
+        [answer] = run_chat_tool_calls(tools.guard, message, messages=messages)
+        messages.append(answer)
+        return str(answer["content"])
+
+    alice: list[Any] = [{"role": "user", "content": "find X"}]
+    bob: list[Any] = [{"role": "user", "content": "find X"}]
+    a1, b1 = turn(alice, "call_a1"), turn(bob, "call_b1")
+    a2 = turn(list(alice), "call_a2")  # a copy of the list is still alice's conversation
+    assert TERMINAL not in a1 and TERMINAL not in b1
+    assert TERMINAL in a2
+    assert tools.runs["find_city"] == 3

@@ -75,11 +75,18 @@ _registry_lock = threading.Lock()
 
 
 def scope_for(guard: Guard, conversation: str | None, messages: Any,
-              is_user: Callable[[Any], bool]) -> Guard:
-    """The guard (scope) a turn's calls count in; a new user message starts a new turn."""
+              is_user: Callable[[Any], bool], anchor: str | None = None) -> Guard:
+    """The guard (scope) a turn's calls count in; a new user message starts a new turn.
+
+    Without ``conversation``, a message list names its own conversation by ``anchor``: the id
+    of its first tool call (provider ids are unique per call, and stay first as the list grows,
+    copied or not).
+    """
     users = None
     if messages is not None and not isinstance(messages, (str, bytes)):
         users = sum(1 for m in messages if is_user(m))
+        if conversation is None and anchor:
+            conversation = f"call-{anchor}"
     if conversation is None and users is None:
         return guard
     with _registry_lock:

@@ -6,8 +6,9 @@ text.  SDK objects are read by their attributes and plain dicts by their keys, s
 
 :func:`run_tool_uses` returns a :class:`ToolOutputs` list: stop the loop when
 ``outputs.halt`` is true (the guard ended the turn).  Pass the conversation as ``messages=``
-and a new user message in it (one that is not only ``tool_result`` blocks) starts a new turn;
-``conversation=`` keeps one conversation's counters apart.  Tool uses of tools the guard does
+and a new user message in it (one that is not only ``tool_result`` blocks) starts a new turn,
+and the list names its own conversation (by its first ``tool_use`` id); ``conversation=``
+names it explicitly.  Tool uses of tools the guard does
 not own are left out for your code, unless ``others="answer"``.
 """
 
@@ -50,8 +51,9 @@ def run_tool_uses(guard: Guard, message_or_content: Any, *, messages: Any = None
     Accepts the ``Message`` (SDK object or dict) or its ``content`` list; text, thinking and
     server-tool blocks are skipped.  Use :func:`arun_tool_uses` to run them concurrently.
     """
-    scoped = scope_for(guard, conversation, messages, _is_user)
-    calls = owned(guard, _tool_uses(message_or_content), _name, others)
+    every = _tool_uses(message_or_content)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
     results = scoped.run_tool_calls(_batch(calls))
     return ToolOutputs([_tool_result(c, r) for c, r in zip(calls, results, strict=True)],
                        results)
@@ -61,8 +63,9 @@ async def arun_tool_uses(guard: Guard, message_or_content: Any, *, messages: Any
                          conversation: str | None = None, others: Others = "skip"
                          ) -> ToolOutputs[ToolResultBlockParam]:
     """Async twin of :func:`run_tool_uses`: one turn's tool uses run concurrently, in order."""
-    scoped = scope_for(guard, conversation, messages, _is_user)
-    calls = owned(guard, _tool_uses(message_or_content), _name, others)
+    every = _tool_uses(message_or_content)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
     results = await scoped.arun_tool_calls(_batch(calls))
     return ToolOutputs([_tool_result(c, r) for c, r in zip(calls, results, strict=True)],
                        results)
@@ -83,6 +86,22 @@ async def atool_results_message(guard: Guard, message: Any, **options: Any) -> M
 
 def _name(call: _Call) -> str:
     return call[0]
+
+
+def _anchor(messages: Any, calls: list[_Call]) -> str | None:
+    """The conversation's first ``tool_use`` id: in ``messages``, else this turn's first."""
+    if messages is not None and not isinstance(messages, (str, bytes)):
+        for message in messages:
+            if _get(message, "role") != "assistant":
+                continue
+            content = _get(message, "content")
+            for block in () if isinstance(content, str) or content is None else content:
+                if _get(block, "type") == "tool_use" and _get(block, "id"):
+                    return str(_get(block, "id"))
+    for _, _, cid in calls:
+        if cid:
+            return str(cid)
+    return None
 
 
 def _is_user(message: Any) -> bool:

@@ -12,8 +12,9 @@ instruction instead of letting a constrained decoder hide the mistake.
 The run functions return a :class:`ToolOutputs` list: append it to the conversation as is,
 and stop the loop when ``outputs.halt`` is true (the guard ended the turn).  Pass the
 conversation as ``messages=`` (Chat messages or Responses input items) and a new user message
-in it starts a new turn by itself; ``conversation=`` keeps one conversation's counters apart
-from the others on the same guard.  Calls of tools the guard does not own (your own function
+in it starts a new turn by itself, and the list names its own conversation (by its first tool
+call id), so two conversations on one guard never share a counter; ``conversation=`` names it
+explicitly.  Calls of tools the guard does not own (your own function
 tools, custom free-form tools) are left out for your code to answer, unless
 ``others="answer"``.
 """
@@ -83,8 +84,9 @@ def run_chat_tool_calls(guard: Guard, message_or_tool_calls: Any, *, messages: A
     list.  Every call of the guard's tools gets an answer, in order.  Use
     :func:`arun_chat_tool_calls` to run a turn's parallel calls concurrently.
     """
-    scoped = scope_for(guard, conversation, messages, _is_user)
-    calls = owned(guard, _chat_calls(message_or_tool_calls), _name, others)
+    every = _chat_calls(message_or_tool_calls)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
     results = scoped.run_tool_calls(_batch(calls))
     return ToolOutputs([_tool_message(c, r) for c, r in zip(calls, results, strict=True)],
                        results)
@@ -95,8 +97,9 @@ async def arun_chat_tool_calls(guard: Guard, message_or_tool_calls: Any, *,
                                others: Others = "skip"
                                ) -> ToolOutputs[ChatCompletionToolMessageParam]:
     """Async twin of :func:`run_chat_tool_calls`: a turn's calls run concurrently, in order."""
-    scoped = scope_for(guard, conversation, messages, _is_user)
-    calls = owned(guard, _chat_calls(message_or_tool_calls), _name, others)
+    every = _chat_calls(message_or_tool_calls)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
     results = await scoped.arun_tool_calls(_batch(calls))
     return ToolOutputs([_tool_message(c, r) for c, r in zip(calls, results, strict=True)],
                        results)
@@ -111,8 +114,9 @@ def run_response_function_calls(guard: Guard, response_or_items: Any, *, message
     (messages, reasoning) are skipped.  Append the outputs after the echoed items, or send
     them alone with ``previous_response_id``.
     """
-    scoped = scope_for(guard, conversation, messages, _is_user)
-    calls = owned(guard, _response_calls(response_or_items), _name, others)
+    every = _response_calls(response_or_items)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
     results = scoped.run_tool_calls(_batch(calls))
     return ToolOutputs([_call_output(c, r) for c, r in zip(calls, results, strict=True)],
                        results)
@@ -123,8 +127,9 @@ async def arun_response_function_calls(guard: Guard, response_or_items: Any, *,
                                        others: Others = "skip"
                                        ) -> ToolOutputs[FunctionCallOutput]:
     """Async twin of :func:`run_response_function_calls`: calls run concurrently, in order."""
-    scoped = scope_for(guard, conversation, messages, _is_user)
-    calls = owned(guard, _response_calls(response_or_items), _name, others)
+    every = _response_calls(response_or_items)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
     results = await scoped.arun_tool_calls(_batch(calls))
     return ToolOutputs([_call_output(c, r) for c, r in zip(calls, results, strict=True)],
                        results)
@@ -132,6 +137,26 @@ async def arun_response_function_calls(guard: Guard, response_or_items: Any, *,
 
 def _name(call: _Call) -> str:
     return call[0]
+
+
+def _anchor(messages: Any, calls: list[_Call]) -> str | None:
+    """The conversation's first tool call id: in ``messages``, else this turn's first."""
+    if messages is not None and not isinstance(messages, (str, bytes)):
+        for message in messages:
+            if isinstance(message, str):
+                continue
+            if _get(message, "type") in ("function_call", "custom_tool_call"):
+                found = _get(message, "call_id")
+                if found:
+                    return str(found)
+            for item in _get(message, "tool_calls") or ():
+                found = _get(item, "id")
+                if found:
+                    return str(found)
+    for _, _, cid in calls:
+        if cid:
+            return str(cid)
+    return None
 
 
 def _is_user(message: Any) -> bool:
