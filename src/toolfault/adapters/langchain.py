@@ -334,13 +334,15 @@ def guard_langchain_tool(guard: Guard, tool: BaseTool, **options: Any) -> BaseTo
     # A content_and_artifact tool keeps both: it is invoked with a ToolCall (the only way
     # LangChain hands out the artifact), the content goes to the guard and the artifact waits
     # for the guarded twin under the guard's call id.
-    artifacts: dict[str, Any] | None = (
-        {} if tool.response_format == "content_and_artifact" else None)
+    artifacts: OrderedDict[str, Any] | None = (
+        OrderedDict() if tool.response_format == "content_and_artifact" else None)
 
     def unpack(output: Any, ctx: ToolContext) -> Any:
         if artifacts is None or not isinstance(output, ToolMessage):
             return output
         artifacts[ctx.call_id] = output.artifact
+        while len(artifacts) > MAX_THREADS:  # calls made on the guard directly never collect
+            artifacts.popitem(last=False)
         return output.content
 
     def tool_input(kwargs: dict[str, Any], ctx: ToolContext) -> Any:
