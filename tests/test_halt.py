@@ -174,9 +174,13 @@ def test_block_seconds_also_lifts_a_halt() -> None:
     """A halted scope without turn boundaries (sessionless MCP) is open again after the window."""
     clock = Clock()
     guard, ran = make(Limits(backoff=FAST, block_seconds=30), clock=clock)
-    assert repeat(guard, 10)[-1].halt
+    halted = repeat(guard, 10)[-1]
+    assert halted.halt
+    assert "so calls are refused for the next 30 seconds." in halted.text
+    assert halted.data["retry_after"] == 30
     clock.now += 29
-    assert guard.call("weather", {"city": "Oslo"}).halt
+    later = guard.call("weather", {"city": "Oslo"})
+    assert later.halt and "Reason: calls are refused for the next 1 second because" in later.text
     clock.now += 1
     assert guard.call("weather", {"city": "Oslo"}).ok and ran["weather"] == 1
     assert guard.call("find_city", {"name": "Atlantis"}).code == "not_found"

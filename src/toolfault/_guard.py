@@ -1199,24 +1199,32 @@ class Guard(EffectsMixin, BudgetMixin):
         """End the turn: an incident, the halt message, and every later call refused."""
         scope = (self.task_id, self._turn)
         progress = self._progress
+        now = self._clock()
         with progress.lock:
             state = progress.state(*scope)
             first = state.halted is None
             if first:
-                state.halted, state.halted_at = clause, self._clock()
+                state.halted, state.halted_at = clause, now
                 progress.halted.add(scope)
             else:
                 clause = state.halted or clause
+            since = state.halted_at
+        window = self.limits.block_seconds
+        left = None if window is None else float(max(1, math.ceil(window - (now - since))))
+        over = "this turn is over" if left is None else \
+            f"calls are refused for the next {format_seconds(left)}"
         if first:
             self._incident(IncidentKind.HALT, call.name, "halted", clause)
-            reason = f"{clause}, so this turn is over"
+            reason = f"{clause}, so {over}"
         else:
-            reason = f"this turn is over because {clause}"
+            reason = f"{over} because {clause}"
         failure = from_entry(self.catalog.get("halted"), reason, outcome=outcome)
         text, problem = self._four_part(call, failure, echo_args(self.redactor.value(
             call.args if isinstance(call.args, (dict, list, str)) else repr(call.args))), [])
         problem["terminal"] = True
         problem["halt"] = True
+        if left is not None:
+            problem["retry_after"] = left
         return self._error_result(call, failure, text, problem, terminal=True,
                                   blocked=blocked, halt=True)
 
