@@ -205,3 +205,18 @@ def test_many_failures_keep_the_history_short() -> None:
         guard.call("get_user", {"user_id": f"x{i}"})
     state = guard._progress.get("default", 0)
     assert state is not None and len(state.history) <= 6
+
+
+def test_turn_state_stays_bounded(monkeypatch: Any) -> None:
+    """new_turn() drops the previous turn's state, and the oldest scopes are forgotten first."""
+    from toolfault import _progress
+
+    guard, _ = make()
+    for _ in range(20):
+        guard.call("get_user", {"user_id": "bad"})
+        guard.new_turn()
+    assert len(guard._progress._turns) <= 1
+    monkeypatch.setattr(_progress, "MAX_SCOPES", 8)
+    for i in range(30):
+        guard.scoped(f"s{i}").call("get_user", {"user_id": "bad"})
+    assert len(guard._progress._turns) <= 8

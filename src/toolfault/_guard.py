@@ -236,8 +236,8 @@ class Guard(EffectsMixin, BudgetMixin):
 
     def new_turn(self) -> None:
         """Start a new model turn: per-turn counters reset; per-task budgets carry on."""
+        self._progress.forget(self.task_id, self._turn)
         self._turn += 1
-        self._progress.forget(self.task_id, before=self._turn)
 
     def new_task(self, task_id: str) -> None:
         """Switch to another task: budgets, ledger and incidents are scoped per task."""

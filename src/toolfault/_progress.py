@@ -72,15 +72,17 @@ class Progress:
                 old, gone = self._turns.popitem(last=False)
                 gone.live = False
                 self.halted.discard(old)
+        else:
+            self._turns.move_to_end(scope)  # least recently used goes first
         return state
 
-    def forget(self, task: str, before: int | None = None) -> None:
-        """Drop a task's turns (all of them, or those before ``before``)."""
+    def forget(self, task: str, turn: int) -> None:
+        """Drop one turn of a task (the guard's previous turn, at ``new_turn()``)."""
         with self.lock:
-            for scope in [s for s in self._turns if s[0] == task
-                          and (before is None or s[1] < before)]:
-                self._turns.pop(scope).live = False
-                self.halted.discard(scope)
+            gone = self._turns.pop((task, turn), None)
+            if gone is not None:
+                gone.live = False
+            self.halted.discard((task, turn))
 
 
 def repeats(history: list[Any], longest: int, times: int = 2) -> int:
