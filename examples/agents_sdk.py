@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 # --8<-- [start:agent]
+from typing import Any
+
 from agents import Agent, Runner, function_tool
 
 from toolfault import Guard, ToolError
-from toolfault.adapters.agents import failure_error_function, function_tools
+from toolfault.adapters.agents import failure_error_function, function_tools, stop_on_halt
 
 guard = Guard()
 
@@ -37,8 +38,9 @@ def local_time(city: str) -> str:
 
 
 def run(model: Any) -> str:
+    # Each run counts on its own; stop_on_halt ends the run when the guard halts a call.
     agent = Agent(name="weather", instructions="Answer with the tools.", model=model,
-                  tools=[*function_tools(guard), local_time])
+                  tools=[*function_tools(guard), local_time], tool_use_behavior=stop_on_halt)
     result = Runner.run_sync(agent, "What is the weather and the time in Oslo?")
     for item in result.new_items:
         if item.type == "tool_call_output_item":

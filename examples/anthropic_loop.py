@@ -14,11 +14,12 @@ import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# --8<-- [start:loop]
 from typing import Any
 
 from anthropic import Anthropic
 
-# --8<-- [start:loop]
 from toolfault import Guard
 from toolfault.adapters.anthropic import run_tool_uses, tools
 
@@ -39,10 +40,13 @@ def run(client: Anthropic, model: str) -> str:
         messages.append({"role": "assistant", "content": reply.content})
         if reply.stop_reason != "tool_use":
             return "".join(block.text for block in reply.content if block.type == "text")
-        results = run_tool_uses(guard, reply)  # one tool_result block per tool_use, in order
+        # one tool_result block per tool_use, in order; a new user message is a new turn
+        results = run_tool_uses(guard, reply, messages=messages)
         for block in results:
             print(f"is_error={block['is_error']}\n{block['content']}", end="\n\n")
         messages.append({"role": "user", "content": results})
+        if results.halt:  # the guard ended the turn: stop instead of asking the model again
+            return "stopped: " + results.results[-1].text.splitlines()[0]
     return "(stopped after 10 model calls)"
 # --8<-- [end:loop]
 

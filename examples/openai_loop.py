@@ -14,11 +14,12 @@ import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# --8<-- [start:loop]
 from typing import Any
 
 from openai import OpenAI
 
-# --8<-- [start:loop]
 from toolfault import Guard
 from toolfault.adapters.openai import chat_tools, run_chat_tool_calls
 
@@ -40,9 +41,13 @@ def run(client: OpenAI, model: str) -> str:
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:
             return message.content or ""
-        for tool_message in run_chat_tool_calls(guard, message):
+        # messages=: a new user message in it starts a new turn, with no new_turn() to call
+        outputs = run_chat_tool_calls(guard, message, messages=messages)
+        for tool_message in outputs:
             print(tool_message["content"], end="\n\n")  # no error flag: the text is the signal
-            messages.append(tool_message)
+        messages.extend(outputs)
+        if outputs.halt:  # the guard ended the turn: stop instead of asking the model again
+            return "stopped: " + outputs.results[-1].text.splitlines()[0]
     return "(stopped after 10 model calls)"
 # --8<-- [end:loop]
 

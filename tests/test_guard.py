@@ -96,8 +96,19 @@ def test_terminal_message_after_cap_and_tool_not_called_again() -> None:
         "failure to the user."
     )
     assert results[3].blocked and not results[2].blocked
-    assert results[4].text == results[2].text
-    assert [i.kind for i in guard.incidents] == [IncidentKind.RETRY_CAP]
+    assert results[3].halt and results[4].halt and not results[2].halt
+    assert results[3].code == "halted" and results[4].code == "halted"
+    assert [i.kind for i in guard.incidents] == [IncidentKind.RETRY_CAP, IncidentKind.HALT]
+
+
+def test_without_halting_the_block_repeats_the_terminal_message() -> None:
+    """halt_after_terminal=None: every further repeat is blocked with the terminal text."""
+    guard, calls = make_guard(limits=Limits(retry_limit=3, halt_after_terminal=None,
+                                            backoff=FAST))
+    results = [guard.call("search_flights", BAD) for _ in range(5)]
+    assert calls["search_flights"] == 3
+    assert results[4].text == results[2].text and results[4].blocked
+    assert not any(r.halt for r in results)
 
 
 def test_cosmetic_json_difference_is_the_same_call() -> None:
@@ -169,6 +180,7 @@ def test_default_limits_follow_failure_class() -> None:
         raise ConnectionError("reset by peer")
 
     assert [guard.call("bad", {"x": 1}).terminal for _ in range(3)] == [False, True, True]
+    guard.new_turn()  # the refused third call halted the turn
     assert [guard.call("flaky", {"x": 1}).terminal for _ in range(4)] == [
         False, False, True, True]
     assert ran == {"bad": 2, "flaky": 3}
@@ -813,3 +825,55 @@ def test_run_tool_calls_prefers_call_id_over_item_id() -> None:
             "name": "search_flights_any_price", "arguments": '{"origin": "A", "destination": "B"}'}
     (result,) = guard.run_tool_calls([item])
     assert result.call_id == "call_1"
+
+
+def test_an_int_sent_for_a_float_parameter_stays_an_int() -> None:
+    """The tool receives what the model sent where it satisfies the annotation (int for float)."""
+    guard = Guard(scan_env_secrets=False)
+    seen: list[Any] = []
+
+    @guard.tool
+    def scale(factor: float, weights: list[float], limits: dict[str, float] | None = None) -> str:
+        seen.append((factor, weights, limits))
+        return "ok"
+
+    assert guard.call("scale", {"factor": 3, "weights": [1, 2.5], "limits": {"a": 2}}).ok
+    assert guard.call("scale", '{"factor": 3, "weights": [1]}').ok
+    assert guard.call("scale", {"factor": 2.5, "weights": []}).ok
+    assert guard.call("scale", {"factor": "4", "weights": []}).ok  # lax: a string is converted
+    types = [(type(f), [type(w) for w in ws], limits) for f, ws, limits in seen]
+    assert types == [(int, [int, float], {"a": 2}), (int, [int], None), (float, [], None),
+                     (float, [], None)]
+    assert type(seen[0][2]["a"]) is int
+
+
+def test_run_tool_calls_answers_malformed_items_with_invalid_call() -> None:
+    """Malformed batch items get a four-part invalid_call in place; the good items still run."""
+    guard = Guard(scan_env_secrets=False)
+    ran: list[int] = []
+
+    @guard.tool
+    def add(a: int, b: int) -> int:
+        ran.append(a + b)
+        return a + b
+
+    batch: list[Any] = [None, 42, ("add",), {"arguments": {}},
+                        {"type": "function", "function": {"arguments": "{}"}, "id": "c1"},
+                        {"name": 5}, ("add", {"a": 1, "b": 2}), {"name": "add", "args": {"a": 2,
+                                                                                      "b": 2}}]
+    results = guard.run_tool_calls(batch)
+    assert [r.code for r in results] == ["invalid_call"] * 6 + [None, None]
+    assert ran == [3, 4]
+    assert results[3].text == (
+        "tool_call failed (code: invalid_call).\n"
+        "Reason: the tool call has no tool name.\n"
+        'Rejected arguments: {"arguments": {}}.\n'
+        "Effect: none. Retrying the same call will not help.\n"
+        "Next action: send each tool call with a tool name and a JSON object of arguments."
+    )
+    assert results[4].call_id == "c1"
+    assert "not NoneType" in results[0].text and "not 1 items" in results[2].text
+    assert "must be a non-empty string, not int" in results[5].text
+    assert [r.code for r in guard.run_tool_calls(None)] == ["invalid_call"]  # type: ignore[arg-type]
+    assert [r.code for r in asyncio.run(guard.arun_tool_calls([42, ("add", {"a": 1, "b": 1})]))
+            ] == ["invalid_call", None]

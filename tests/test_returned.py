@@ -217,3 +217,51 @@ def test_replay_through_guard_ends_in_the_same_state(via: str) -> None:
     assert failed.code == "not_found" and fs.files == snapshot
     assert failed.outcome is Outcome.NO_EFFECT
     assert guard.call("api_cancel", {"token": "bad", "booking": "BK2"}).code == "unauthenticated"
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ({"booking_status": False, "error": "Invalid access token"}, "Invalid access token"),
+    ({"success": False, "message": "Card declined"}, "Card declined"),
+    ({"ok": False, "error": "quota exceeded", "data": None}, "quota exceeded"),
+    ({"ok": False}, "the tool reported ok: false"),
+    ({"status": "error", "message": "upstream down"}, "upstream down"),
+    ({"status": 503, "detail": "maintenance"}, "maintenance"),
+    ({"payment_success": False, "reason": "expired card", "payment_id": "p1"}, "expired card"),
+])
+def test_status_fields_beside_an_error_are_errors(value: dict[str, Any], reason: str) -> None:
+    """A status field that says the call failed, with its words, is a returned error."""
+    assert default_error_result(value) == reason
+
+
+@pytest.mark.parametrize("value", [
+    {"ok": True},
+    {"ok": True, "items": [1, 2]},
+    {"success": True, "message": "Booked"},
+    {"booking_status": True, "error": None, "booking": "BK1"},
+    {"service": "db", "ok": False},  # a health check's data, not an error envelope
+    {"job": 3, "status": "failed"},  # a job's state is data
+    {"job": 3, "status": "failed", "message": "the job crashed"},
+    {"status": 200, "data": [1]},
+    {"status": "ok"},
+    {"name": "Ada", "error_rate": 0.1},
+])
+def test_plain_data_with_status_fields_is_a_result(value: dict[str, Any]) -> None:
+    """Success statuses and data that merely mentions a status stay results."""
+    assert default_error_result(value) is None
+
+
+def test_status_envelope_from_an_existing_tool_is_shaped() -> None:
+    """An unmodified tool returning a status envelope gets the four-part message."""
+    guard = Guard(scan_env_secrets=False)
+    calls = {"n": 0}
+
+    @guard.tool
+    def book(flight: str) -> dict[str, Any]:
+        calls["n"] += 1
+        return {"booking_status": False, "error": "Invalid access token"}
+
+    result = guard.call("book", {"flight": "UA1"})
+    assert result.is_error and result.code == "unauthenticated"
+    assert result.text.startswith("book failed (code: unauthenticated).\n"
+                                  "Reason: Invalid access token.\n")
+    assert guard.call("book", {"flight": "UA1"}).terminal and calls["n"] == 2

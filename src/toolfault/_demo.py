@@ -149,7 +149,8 @@ def demo_command(*, plain: bool = False) -> int:
         table.add_column("with toolfault", ratio=1, style="green" if not plain else None)
         for i, (left, right) in enumerate(zip(row["without"], row["with"], strict=True), 1):
             result = row["results"][i - 1]
-            tag = "terminal stop" if result.terminal else ("ok" if result.ok else result.code)
+            tag = "halt: the turn ends" if result.halt else "terminal stop" if result.terminal \
+                else ("ok" if result.ok else result.code)
             table.add_row(Text(f"call {i}:\n{left}"), Text(f"call {i} ({tag}):\n{right}"))
         if row["tool"] == "book_flight":
             table.add_row(f"bookings made: {row['bookings_without']} (duplicate!)",

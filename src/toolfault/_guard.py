@@ -16,6 +16,7 @@ import inspect
 import itertools
 import json
 import logging
+import math
 import random
 import re
 import threading
@@ -51,6 +52,7 @@ from toolfault._fingerprint import NormalizeSpec, fingerprint
 from toolfault._jsontext import prebuilt_encoder
 from toolfault._limits import Limits
 from toolfault._message import echo_args, format_seconds, render_error, render_terminal
+from toolfault._progress import _BREAK, Progress, TurnState, repeats
 from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolContext, ToolResult
@@ -104,6 +106,7 @@ class Guard(EffectsMixin, BudgetMixin):
         state_failure: Literal["open", "closed"] = "open",
         scan_env_secrets: bool = True,
         sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if mode not in ("observe", "shape", "enforce"):
             raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
@@ -129,6 +132,12 @@ class Guard(EffectsMixin, BudgetMixin):
             self._sink = _trace.JsonlSink(trace)
             self._observers.append(self._sink)
         self._sleep = sleep or time.sleep
+        #: Seconds for expiring blocks (``Limits.block_seconds``); injectable for tests.
+        self._clock = clock or time.monotonic
+        self._progress = Progress()
+        self._cached_state: TurnState | None = None  # this scope's current turn, for speed
+        self._cached_for: str | None = None
+        self._cached_turn = -1
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self.last_degraded_error: str | None = None
@@ -227,6 +236,7 @@ class Guard(EffectsMixin, BudgetMixin):
 
     def new_turn(self) -> None:
         """Start a new model turn: per-turn counters reset; per-task budgets carry on."""
+        self._progress.forget(self.task_id, self._turn)
         self._turn += 1
 
     def new_task(self, task_id: str) -> None:
@@ -332,6 +342,8 @@ class Guard(EffectsMixin, BudgetMixin):
             self._clean_turn_known and self.mode == "enforce"
             and limits.max_calls_per_turn is None and limits.max_spend_per_task is None
             and store._down_since is None
+            and (not self._progress.halted
+                 or (self.task_id, self._turn) not in self._progress.halted)
             and not store.primary.has_failures(self.task_id, self._turn)  # type: ignore[attr-defined]
         )
 
@@ -377,6 +389,17 @@ class Guard(EffectsMixin, BudgetMixin):
             text, data = self._success_text(value)
         except Exception:
             return self._fast_fallback(spec, args, kwargs, cid, started, value=_Value(value))
+        limits = self.limits
+        if limits.no_progress_cycle is not None or limits.success_lifts_blocks:
+            cycle = self._note_success(spec, args, text)
+            if cycle:
+                call = _Call(spec, spec.name, args, cid, started)
+                call.kwargs, call.attempts, call.dispatched = kwargs, 1, True
+                call.key = CallKey(self.task_id, self._turn, "")
+                try:
+                    return self._safe_emit(call, self._no_progress(call, cycle))
+                except Exception as exc:  # noqa: BLE001 - never raise into the loop
+                    return self._safe_emit(call, self._crash(call, exc))
         lazy_fp = _LazyFingerprint(spec, args)
         result = ToolResult(spec.name, True, text, data, 1, cid, None, lazy_fp)
         observers = self._observers
@@ -463,19 +486,54 @@ class Guard(EffectsMixin, BudgetMixin):
             return self._safe_emit(call, self._crash(call, exc))
 
     def run_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
-        """Run a batch of calls from your own loop: ``(name, args)``, dicts or SDK objects."""
+        """Run a batch of calls from your own loop: ``(name, args)``, dicts or SDK objects.
+
+        Never raises: an item that names no tool gets an ``invalid_call`` result in its place.
+        """
         results = []
-        for item in calls:
-            name, args, cid = _unpack_call(item)
+        for item in self._items(calls):
+            try:
+                name, args, cid = _unpack_call(item)
+            except Exception as exc:  # noqa: BLE001 - a malformed item is answered, not raised
+                results.append(self._invalid_call(item, exc))
+                continue
             results.append(self.call(name, args, call_id=cid))
         return results
 
     async def arun_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
         """Run one turn's parallel calls concurrently, results in the order given."""
-        unpacked = [_unpack_call(item) for item in calls]
-        return list(await asyncio.gather(
-            *(self.acall(n, a, call_id=c) for n, a, c in unpacked)
-        ))
+        async def one(item: Any) -> ToolResult:
+            try:
+                name, args, cid = _unpack_call(item)
+            except Exception as exc:  # noqa: BLE001
+                return self._invalid_call(item, exc)
+            return await self.acall(name, args, call_id=cid)
+
+        return list(await asyncio.gather(*(one(item) for item in self._items(calls))))
+
+    def _items(self, calls: Any) -> list[Any]:
+        if isinstance(calls, (str, bytes, Mapping, tuple)) or calls is None:
+            return [calls]  # one call, or nothing usable: answered item by item
+        try:
+            return list(calls)
+        except Exception:  # noqa: BLE001 - not iterable, or it broke while iterating
+            return [calls]
+
+    def _invalid_call(self, item: Any, exc: BaseException) -> ToolResult:
+        """``invalid_call`` for a batch item that could not be read as a tool call."""
+        if isinstance(exc, _Malformed):
+            reason, name, cid = exc.reason, exc.name, exc.call_id
+        else:
+            reason, name, cid = "the tool call could not be read", "tool_call", None
+        shown: Any = item if isinstance(item, (dict, list)) else (
+            item if isinstance(item, str) else repr(item)[:200])
+        if isinstance(item, Mapping) and not isinstance(item, dict):
+            shown = repr(item)[:200]
+        call = _Call(None, name, shown, cid or _new_call_id(), time.monotonic())
+        try:
+            return self._safe_emit(call, self._fail_unscoped(call, "invalid_call", reason))
+        except Exception as crash:  # noqa: BLE001
+            return self._safe_emit(call, self._crash(call, crash))
 
     # -- preparation (shared by sync and async) ------------------------------------------
     def _prepare(self, call: _Call) -> ToolResult | None:
@@ -513,6 +571,10 @@ class Guard(EffectsMixin, BudgetMixin):
         if spec is None:
             call.name = _display_name(call.name)
         args = self._parse(call)
+        if self._progress.halted and self.mode == "enforce":
+            halted = self._still_halted(call, spec, args)
+            if halted is not None:
+                return halted
         if spec is None:  # the name is the first mistake to report, whatever the arguments
             if args is _NOT_JSON:
                 call.shadow.pop("json_reason", None)
@@ -535,6 +597,8 @@ class Guard(EffectsMixin, BudgetMixin):
                 self.limits.max_spend_per_task is None:
             # A clean turn and no budgets: nothing the store could say would stop this call.
             return self._validate(call, spec, args)
+        if self.limits.block_seconds is not None and call.fp:
+            self._lift_expired(call.key)
         try:
             call.admission = self._store.admit(
                 call.key, cost=spec.cost, max_calls=self.limits.max_calls_per_turn,
@@ -856,6 +920,12 @@ class Guard(EffectsMixin, BudgetMixin):
                                          told_effect=Outcome.APPLIED, confirmed_by="return",
                                          attempts=call.attempts))
             text, data = self._success_text(done.value)
+            limits = self.limits
+            if self.mode == "enforce" and (limits.no_progress_cycle is not None
+                                           or limits.success_lifts_blocks):
+                cycle = self._note_success(spec, call.args, text)
+                if cycle:
+                    return self._no_progress(call, cycle)
             return ToolResult(spec.name, True, text, data, call.attempts, call.call_id, None,
                               call.fp or self._lazy_fingerprint(call))
         failure = done
@@ -967,12 +1037,17 @@ class Guard(EffectsMixin, BudgetMixin):
                 failures = 0
             if failures >= limit and self.mode != "enforce":
                 call.shadow["would_be_terminal"] = True
+        if count and self.mode == "enforce":
+            halted = self._note_failure(call, failure, terminal=failures >= limit)
+            if halted is not None:
+                return halted
         if count and failures >= limit and self.mode == "enforce":
             self._incident(IncidentKind.RETRY_CAP, call.name, failure.code,
                            f"{failures} identical failing calls (limit {limit})")
             rendered = render_terminal(tool=call.name, code=failure.code, count=failures,
                                        moves=self._moves(call, failure, alternatives),
-                                       args_text=args_text)
+                                       args_text=args_text,
+                                       blocked_for=self.limits.block_seconds)
             return self._error_result(call, failure, rendered.text, rendered.problem,
                                       terminal=True)
         text, problem = self._four_part(call, failure, args_text, alternatives)
@@ -1035,14 +1110,15 @@ class Guard(EffectsMixin, BudgetMixin):
         return text, problem
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
-                      problem: dict[str, Any], *, terminal: bool, blocked: bool = False
-                      ) -> ToolResult:
+                      problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
+                      halt: bool = False) -> ToolResult:
         if self.mode == "observe":
             call.shadow["would_say"] = text
             text = self.redactor.secrets(_unshaped_text(call.name, failure))
         info = FailureInfo(
             code=failure.code, outcome=failure.outcome, terminal=terminal, blocked=blocked,
-            retryable=failure.retryable and not terminal, failure_class=failure.failure_class,
+            halt=halt, retryable=failure.retryable and not terminal,
+            failure_class=failure.failure_class,
             error=failure.error or ToolError(
                 failure.code, failure.reason, outcome=failure.outcome,
                 failure_class=failure.failure_class, retryable=failure.retryable,
@@ -1087,6 +1163,23 @@ class Guard(EffectsMixin, BudgetMixin):
         return f"{failure.code}:{param}" if param else failure.code
 
     def _blocked(self, call: _Call, adm: Admission) -> ToolResult:
+        key = call.key
+        assert key is not None
+        now = self._clock()
+        progress = self._progress
+        with progress.lock:
+            state = progress.state(self.task_id, self._turn)
+            refused = state.refused.get(key, 0) + 1
+            state.refused[key] = refused
+            since = state.capped.setdefault(key, now)  # capped by another process: from now
+            state.failed.setdefault(key, call.name)
+        halt_after = self.limits.halt_after_terminal
+        if halt_after is not None and refused >= halt_after:
+            told = "it would not change anything" if adm.last_code == "no_progress" else \
+                "retrying it was not allowed"
+            return self._halt(call, f"{call.name} was called again after being told {told}")
+        window = self.limits.block_seconds
+        blocked_for = None if window is None else float(max(1, math.ceil(window - (now - since))))
         code, _, param = (adm.last_code or "tool_error").partition(":")
         entry = self.catalog.get(code)
         failure = from_entry(entry, "identical call blocked")
@@ -1095,10 +1188,193 @@ class Guard(EffectsMixin, BudgetMixin):
         failure.param = param or None
         rendered = render_terminal(tool=call.name, code=entry.code, count=adm.failures,
                                    moves=self._moves(call, failure, alternatives),
-                                   args_text=args_text)
+                                   args_text=args_text, blocked_for=blocked_for)
         return self._error_result(call, failure, rendered.text,
                                   {**rendered.problem, "blocked": True}, terminal=True,
                                   blocked=True)
+
+    # -- the ladder after the cap: halts, per-tool ceilings, no progress ---------------------
+    def _halt(self, call: _Call, clause: str, *, outcome: Outcome = Outcome.NO_EFFECT,
+              blocked: bool = True) -> ToolResult:
+        """End the turn: an incident, the halt message, and every later call refused."""
+        scope = (self.task_id, self._turn)
+        progress = self._progress
+        now = self._clock()
+        with progress.lock:
+            state = progress.state(*scope)
+            first = state.halted is None
+            if first:
+                state.halted, state.halted_at = clause, now
+                progress.halted.add(scope)
+            else:
+                clause = state.halted or clause
+            since = state.halted_at
+        window = self.limits.block_seconds
+        left = None if window is None else float(max(1, math.ceil(window - (now - since))))
+        over = "this turn is over" if left is None else \
+            f"calls are refused for the next {format_seconds(left)}"
+        if first:
+            self._incident(IncidentKind.HALT, call.name, "halted", clause)
+            reason = f"{clause}, so {over}"
+        else:
+            reason = f"{over} because {clause}"
+        failure = from_entry(self.catalog.get("halted"), reason, outcome=outcome)
+        text, problem = self._four_part(call, failure, echo_args(self.redactor.value(
+            call.args if isinstance(call.args, (dict, list, str)) else repr(call.args))), [])
+        problem["terminal"] = True
+        problem["halt"] = True
+        if left is not None:
+            problem["retry_after"] = left
+        return self._error_result(call, failure, text, problem, terminal=True,
+                                  blocked=blocked, halt=True)
+
+    def _still_halted(self, call: _Call, spec: ToolSpec | None, args: Any) -> ToolResult | None:
+        """The halt message while the turn is halted (lifted after ``block_seconds``)."""
+        scope = (self.task_id, self._turn)
+        progress = self._progress
+        if scope not in progress.halted:
+            return None
+        window = self.limits.block_seconds
+        with progress.lock:
+            state = progress.get(*scope)
+            expired = state is None or (window is not None
+                                        and self._clock() - state.halted_at >= window)
+            keys: list[CallKey] = []
+            if expired:
+                progress.halted.discard(scope)
+                if state is not None:
+                    keys = state.reset()
+        if expired:
+            for key in keys:
+                self._safe_store(self._store.clear_failures, key)
+            return None
+        call.spec = spec
+        call.args = args if args is not _NOT_JSON else (
+            call.args if isinstance(call.args, str) else repr(call.args))
+        call.shadow.pop("json_reason", None)
+        return self._halt(call, "")
+
+    def _lift_expired(self, key: CallKey) -> None:
+        """Lift a block older than ``Limits.block_seconds`` (the store forgets the count)."""
+        window = self.limits.block_seconds
+        progress = self._progress
+        with progress.lock:
+            state = progress.get(key.task, key.turn)
+            since = state.capped.get(key) if state is not None else None
+            if state is None or since is None or window is None \
+                    or self._clock() - since < window:
+                return
+            del state.capped[key]
+            state.refused.pop(key, None)
+            state.failed.pop(key, None)
+        self._safe_store(self._store.clear_failures, key)
+
+    def _note_failure(self, call: _Call, failure: Failure, *, terminal: bool
+                      ) -> ToolResult | None:
+        """Count a genuine failure per tool (each attempt); the halt at the tool's ceiling."""
+        key = call.key
+        progress = self._progress
+        with progress.lock:
+            state = progress.state(self.task_id, self._turn)
+            # Every failed run of the body counts, retries inside the wrapper included: a
+            # transient tool that failed 3 attempts twice has failed 6 times.
+            failures = state.tool_failures.get(call.name, 0) + max(1, call.attempts)
+            state.tool_failures[call.name] = failures
+            history = state.history
+            history.append(_BREAK)
+            keep = (self.limits.no_progress_cycle or 1) * self.limits.no_progress_repeats
+            if len(history) > keep:
+                del history[:-keep]
+            if key is not None:
+                state.failed[key] = call.name
+                if terminal:
+                    state.capped.setdefault(key, self._clock())
+        ceiling = self.limits.max_tool_failures_per_turn
+        if ceiling is not None and failures >= ceiling and failure.code != "invalid_call":
+            return self._halt(call, f"{call.name} failed {failures} times in this turn "
+                                    f"(last: {failure.code})", outcome=failure.outcome,
+                              blocked=False)
+        return None
+
+    def _note_success(self, spec: ToolSpec, args: Any, text: str) -> int:
+        """Record a success; the length of the no-progress cycle it completes, else 0.
+
+        Also lifts the blocks of other tools when ``Limits.success_lifts_blocks`` is set.
+        On the hot path: one cached turn state, one append, one or three comparisons.
+        """
+        limits = self.limits
+        longest = limits.no_progress_cycle
+        progress = self._progress
+        state = self._cached_state
+        if state is None or not state.live or self._cached_for is not self.task_id \
+                or self._cached_turn != self._turn:
+            with progress.lock:
+                state = progress.state(self.task_id, self._turn)
+            self._cached_state, self._cached_for, self._cached_turn = \
+                state, self.task_id, self._turn
+        cycle = 0
+        if limits.success_lifts_blocks and state.failed:
+            with progress.lock:
+                lifted = self._lift_others(state, spec.name)
+            for key in lifted:
+                self._safe_store(self._store.clear_failures, key)
+        if longest is not None:
+            # No lock: appends are atomic, and a race between two threads of one turn can
+            # at worst miss a repeat, never invent one (entries must be equal).
+            history = state.history
+            if spec.side_effect or spec.name in limits.progress_exempt:
+                history.append(_BREAK)
+            else:
+                # The result's hash first: a different result fails a comparison at once.
+                history.append((hash(text), spec.name, args))
+                cycle = repeats(history, longest, limits.no_progress_repeats)
+            if len(history) > longest * limits.no_progress_repeats:
+                del history[0]
+        return cycle
+
+    @staticmethod
+    def _lift_others(state: TurnState, tool: str) -> list[CallKey]:
+        """Forget the blocks of tools other than ``tool``; the keys to clear in the store."""
+        lifted = []
+        for key, name in list(state.failed.items()):
+            if name != tool:
+                del state.failed[key]
+                state.capped.pop(key, None)
+                state.refused.pop(key, None)
+                lifted.append(key)
+        return lifted
+
+    def _no_progress(self, call: _Call, cycle: int) -> ToolResult:
+        """The ``no_progress`` message (the call is blocked from now on), or the halt."""
+        if not call.fp:
+            self._ensure_fp(call)
+        key = CallKey(self.task_id, self._turn, call.fp)
+        call.key = key
+        progress = self._progress
+        with progress.lock:
+            state = progress.state(self.task_id, self._turn)
+            state.no_progress += 1
+            told = state.no_progress
+        if cycle == 1:
+            reason = (f"{call.name} returned the same result as the identical call before it; "
+                      "calling it again will not change anything")
+        else:
+            reason = (f"the last {cycle} calls repeat the {cycle} before them with identical "
+                      "results; repeating them again will not change anything")
+        halt_after = self.limits.halt_after_no_progress
+        if halt_after is not None and told > halt_after:
+            return self._halt(call, "the calls keep returning the same results",
+                              blocked=False)
+        self._incident(IncidentKind.NO_PROGRESS, call.name, "no_progress", reason)
+        failure = from_entry(self.catalog.get("no_progress"), reason)
+        self._safe_store(self._store.record_failure, key, "no_progress", 1)
+        with progress.lock:
+            state.failed[key] = call.name
+            state.capped.setdefault(key, self._clock())
+        text, problem = self._four_part(call, failure, echo_args(self.redactor.value(call.args)),
+                                        self._alternatives(call, failure))
+        problem["terminal"] = True
+        return self._error_result(call, failure, text, problem, terminal=True)
 
     def _crash(self, call: _Call, exc: BaseException) -> ToolResult:
         try:
@@ -1234,24 +1510,54 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+class _Malformed(Exception):
+    """A tool-call item that names no tool (answered with ``invalid_call``)."""
+
+    def __init__(self, reason: str, name: str = "tool_call", call_id: str | None = None
+                 ) -> None:
+        super().__init__(reason)
+        self.reason, self.name, self.call_id = reason, name, call_id
+
+
+def _named(name: Any, call_id: Any) -> str:
+    if isinstance(name, str) and name.strip():
+        return name
+    cid = str(call_id) if isinstance(call_id, (str, int)) else None
+    if name is None:
+        raise _Malformed("the tool call has no tool name", call_id=cid)
+    raise _Malformed(f"the tool name must be a non-empty string, not {type(name).__name__}",
+                     call_id=cid)
+
+
 def _unpack_call(item: Any) -> tuple[str, Any, str | None]:
-    """Accept ``(name, args)``, ``{"name", "arguments", "id"}`` and SDK tool-call objects."""
-    if isinstance(item, tuple) and len(item) in (2, 3):
+    """Accept ``(name, args)``, ``{"name", "arguments", "id"}`` and SDK tool-call objects.
+
+    Anything else raises :class:`_Malformed`, which the batch answers with ``invalid_call``.
+    """
+    if isinstance(item, tuple):
+        if len(item) not in (2, 3):
+            raise _Malformed(f"a tool call tuple must be (name, arguments) or (name, arguments, "
+                             f"id), not {len(item)} items")
         cid = item[2] if len(item) == 3 else None
-        return str(item[0]), item[1], (str(cid) if cid is not None else None)
+        return _named(item[0], cid), item[1], (str(cid) if cid is not None else None)
     if isinstance(item, Mapping):
         fn = item.get("function")
         if isinstance(fn, Mapping):
-            return str(fn.get("name")), fn.get("arguments"), item.get("id")
+            return _named(fn.get("name"), item.get("id")), fn.get("arguments"), item.get("id")
         args = item.get("arguments", item.get("args", item.get("input")))
-        return str(item.get("name")), args, item.get("call_id") or item.get("id")
+        cid = item.get("call_id") or item.get("id")
+        return _named(item.get("name"), cid), args, cid
+    if item is None or isinstance(item, (str, bytes, int, float, list, set)):
+        raise _Malformed(f"a tool call must be a (name, arguments) pair, a dict or a tool-call "
+                         f"object, not {type(item).__name__}")
     fn = getattr(item, "function", None)
     if fn is not None:
-        return str(fn.name), fn.arguments, getattr(item, "id", None)
+        cid = getattr(item, "id", None)
+        return _named(getattr(fn, "name", None), cid), getattr(fn, "arguments", None), cid
     name = getattr(item, "name", None)
     args = getattr(item, "arguments", getattr(item, "input", getattr(item, "args", None)))
     cid = getattr(item, "call_id", None) or getattr(item, "id", None)
-    return str(name), args, cid
+    return _named(name, cid), args, cid
 
 
 def _async_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:

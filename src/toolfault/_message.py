@@ -145,13 +145,18 @@ def join_moves(moves: Sequence[str]) -> str:
 
 
 def render_terminal(
-    *, tool: str, code: str, count: int, moves: Sequence[str], args_text: str
+    *, tool: str, code: str, count: int, moves: Sequence[str], args_text: str,
+    blocked_for: float | None = None,
 ) -> Rendered:
-    """The message after the cap: retrying is not allowed, here are the only legal moves."""
+    """The message after the cap: retrying is not allowed, here are the only legal moves.
+
+    ``blocked_for`` states how long the block lasts when blocks expire (``Limits.block_seconds``).
+    """
     lead = "You must now either " if moves else "You must now "
+    window = f" for the next {format_seconds(blocked_for)}" if blocked_for else ""
     text = (
         f"{tool} failed {count} times with identical arguments (code: {code}).\n"
-        "Retrying the same call is not allowed.\n"
+        f"Retrying the same call is not allowed{window}.\n"
         f"{lead}{join_moves(moves)}."
     )
     problem: dict[str, Any] = {
@@ -165,4 +170,6 @@ def render_terminal(
         "retryable": False,
         "allowed_moves": [*moves, "stop and report this failure to the user"],
     }
+    if blocked_for:
+        problem["retry_after"] = blocked_for
     return Rendered(text, problem)

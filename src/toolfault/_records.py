@@ -22,6 +22,11 @@ class IncidentKind(enum.Enum):
     EFFECT_MISMATCH = "effect_mismatch"
     STATE_DEGRADED = "state_degraded"
     POSTCONDITION_FAILED = "postcondition_failed"
+    #: The guard ended a turn (refused call after the terminal message, a tool failing too
+    #: often, or calls making no progress): ``ToolResult.halt`` was set.
+    HALT = "halt"
+    #: A read-only call returned the identical result again, or a cycle of calls repeated.
+    NO_PROGRESS = "no_progress"
 
 
 @dataclass(frozen=True, slots=True)

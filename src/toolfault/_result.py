@@ -18,6 +18,7 @@ class FailureInfo:
     terminal: bool = False
     blocked: bool = False
     retryable: bool = False
+    halt: bool = False
     failure_class: FailureClass | None = None
     error: ToolError | None = field(default=None, repr=False)
     cause: BaseException | None = field(default=None, repr=False)
@@ -71,6 +72,16 @@ class ToolResult:
     def terminal(self) -> bool:
         """The retry cap was reached: the model was told retrying is not allowed."""
         return self.failure.terminal if self.failure else False
+
+    @property
+    def halt(self) -> bool:
+        """The guard ended the turn: the loop must stop calling tools and report.
+
+        Set after a refused call following the terminal message, the per-tool failure
+        ceiling, or repeated no-progress calls (see :class:`~toolfault.Limits`); every
+        further call of the turn gets the halt message until ``new_turn()``.
+        """
+        return self.failure.halt if self.failure else False
 
     @property
     def blocked(self) -> bool:

@@ -48,16 +48,57 @@ def _mapping_of(value: Any) -> Mapping[str, Any] | None:
     return None
 
 
+#: Keys whose value, when ``False`` (or a failure word), says the call did not succeed.
+_STATUS_KEYS = frozenset({"success", "ok", "succeeded", "successful", "status"})
+_STATUS_SUFFIXES = ("_status", "_success", "_ok", "_succeeded")
+_QUICK_KEYS = ("error", "errors", "success", "ok", "status")
+_FAILED_WORDS = frozenset({"error", "failed", "failure", "fail", "ko"})
+#: Keys that carry the words of a failure, in the order they are preferred.
+_MESSAGE_KEYS = ("error", "errors", "message", "msg", "detail", "details", "error_message",
+                 "reason", "description")
+
+
+def _status_key(key: str) -> bool:
+    return key in _STATUS_KEYS or key.endswith(_STATUS_SUFFIXES)
+
+
+def _says_failed(value: Any) -> bool | None:
+    """True for a failed status (``False``, ``"failed"``, 4xx/5xx), False for a success."""
+    if value is False:
+        return True
+    if value is True:
+        return False
+    if type(value) is int and 100 <= value <= 599:
+        return value >= 400
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _FAILED_WORDS:
+            return True
+        if word in ("ok", "success", "succeeded", "true"):
+            return False
+    return None
+
+
 def default_error_result(value: Any) -> str | None:
     """The reason carried by a returned error value, or ``None`` when the value is a result.
 
-    A mapping (or pydantic model / dataclass) counts when it has a truthy ``error`` or
-    ``errors`` key and nothing but envelope keys beside it; a string counts when it starts with
+    A mapping (or pydantic model / dataclass) counts when
+
+    - it has a truthy ``error`` or ``errors`` key and nothing beside it but envelope keys and
+      status fields (``{"booking_status": false, "error": "Invalid access token"}``), unless a
+      status field says it succeeded (``{"ok": true, "error": …}``); or
+    - a status field says it failed (``success``/``ok``/``*_status`` false, or ``"status":
+      "error"``) and a message key says why, or nothing but envelope keys is there
+      (``{"success": false, "message": "Card declined"}``; ``{"ok": false}``).
+
+    Plain data that merely has a status (``{"service": "db", "ok": false}``,
+    ``{"job": 3, "status": "failed"}``) is a result; a string counts when it starts with
     ``Error:``.
     """
     kind = type(value)
-    if kind is dict and "error" not in value and "errors" not in value:
-        return None  # the common case, decided without walking anything
+    if kind is dict and not any(k in value for k in _QUICK_KEYS) \
+            and not any(type(k) is str and k.endswith(_STATUS_SUFFIXES) for k in value):
+        return None  # the common case, decided without walking much
     if kind in (int, float, bool, list, tuple) or value is None:
         return None
     if isinstance(value, str):
@@ -67,13 +108,25 @@ def default_error_result(value: Any) -> str | None:
     mapping = _mapping_of(value)
     if mapping is None:
         return None
+    keys = {str(k) for k in mapping}
+    statuses = {k: _says_failed(mapping[k]) for k in keys if _status_key(k)}
+    if any(v is False for v in statuses.values()):
+        return None  # a status field says it worked
+    failed = [k for k, v in statuses.items() if v]
+    others = keys - _ENVELOPE_KEYS - set(statuses)
     for key in ("error", "errors"):
-        if key in mapping and mapping[key] and set(map(str, mapping)) <= _ENVELOPE_KEYS:
-            if mapping.get("success") is True or mapping.get("ok") is True:
-                return None
+        if key in mapping and mapping[key] and not others:
             message = mapping.get("message") or mapping.get("detail")
             text = _as_text(mapping[key])
             if isinstance(message, str) and message and message not in text:
                 text = f"{text}: {message}" if isinstance(mapping[key], str) else message
             return text.strip() or "the tool reported an error"
+    if not failed:
+        return None
+    said = next((mapping[k] for k in _MESSAGE_KEYS if mapping.get(k)), None)
+    string_status_only = all(isinstance(mapping[k], str) for k in failed)
+    if said is not None and (not others or not string_status_only):
+        return _as_text(said).strip() or "the tool reported an error"
+    if not others:
+        return f"the tool reported {failed[0]}: {_as_text(mapping[failed[0]]).lower()}"
     return None

@@ -130,7 +130,8 @@ def context_params(fn: Callable[..., Any], context_type: type) -> set[str]:
 class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
-    __slots__ = ("_adapter", "_tool", "fast_validate", "params", "required", "schema")
+    __slots__ = ("_adapter", "_numbers", "_tool", "fast_validate", "params", "required",
+                 "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
@@ -159,9 +160,17 @@ class PydanticValidator:
         )
         self._adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(typed)
         #: pydantic-core's own entry point: raises ValidationError, skips TypeAdapter's wrapper.
-        self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = (
-            self._adapter.validator.validate_python)
+        raw_validate = self._adapter.validator.validate_python
         self.schema = _clean_schema(self._adapter.json_schema())
+        #: pydantic turns an int sent for a ``float`` into a float; the tool gets what was sent.
+        self._numbers = '"number"' in repr(self.schema).replace("'", '"')
+        if self._numbers:
+            def validate_kept(args: dict[str, Any]) -> dict[str, Any]:
+                return _keep_sent(args, raw_validate(args))  # type: ignore[no-any-return]
+
+            self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = validate_kept
+        else:
+            self.fast_validate = raw_validate
         self.schema.pop("additionalProperties", None) if extra_allowed else None
         if not extra_allowed:
             self.schema["additionalProperties"] = False
@@ -178,7 +187,8 @@ class PydanticValidator:
 
     def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
         try:
-            return self._adapter.validate_python(args), []
+            validated = self._adapter.validate_python(args)
+            return (_keep_sent(args, validated) if self._numbers else validated), []
         except pydantic.ValidationError as exc:
             return args, [self._problem(err) for err in exc.errors(include_url=False)]
 
@@ -271,6 +281,36 @@ class JsonSchemaValidator:
             param, kind, f"{where} must be {expected}", expected,
             f"call {self._tool} again with {param} as {expected}",
         )
+
+
+def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:
+    """The value the model sent wherever pydantic only widened it (an int for a ``float``).
+
+    An int already satisfies a ``float`` annotation, so the tool receives the int, as a plain
+    call would pass it; everything else pydantic produced (models, parsed dates) is kept.
+    """
+    kind = type(validated)
+    if kind is float:
+        return sent if type(sent) is int and sent == validated else validated
+    if depth > 32:
+        return validated
+    if kind is dict and type(sent) is dict:
+        changed = None
+        for key, value in validated.items():
+            if key in sent:
+                kept = _keep_sent(sent[key], value, depth + 1)
+                if kept is not value:
+                    if changed is None:
+                        changed = dict(validated)
+                    changed[key] = kept
+        return validated if changed is None else changed
+    if kind is list and type(sent) is list and len(sent) == len(validated):
+        items = [_keep_sent(a, b, depth + 1) for a, b in zip(sent, validated, strict=True)]
+        return validated if all(x is y for x, y in zip(items, validated, strict=True)) else items
+    if kind is tuple and isinstance(sent, (list, tuple)) and len(sent) == len(validated):
+        items = [_keep_sent(a, b, depth + 1) for a, b in zip(sent, validated, strict=True)]
+        return tuple(items)
+    return validated
 
 
 def _names(params: tuple[str, ...], limit: int = 6) -> str:

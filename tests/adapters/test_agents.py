@@ -15,7 +15,11 @@ from toolfault import Guard, ToolError
 agents = require("agents")
 openai = require("openai")
 
-from toolfault.adapters.agents import failure_error_function, function_tools  # noqa: E402
+from toolfault.adapters.agents import (  # noqa: E402
+    failure_error_function,
+    function_tools,
+    stop_on_halt,
+)
 
 agents.set_tracing_disabled(True)
 
@@ -138,7 +142,7 @@ async def test_transient_failure_is_retried_inside_the_wrapper(
 async def test_identical_failing_calls_end_in_the_terminal_message(
         api: str, stub_server: Any, canned: SimpleNamespace, guard: Guard,
         runs: dict[str, int]) -> None:
-    """Repeating one failing call ends in the terminal stop; the body runs only up to the cap."""
+    """Repeating one failing call: the terminal stop at the cap, then the halt; body capped."""
     repeat = [("find_city", {"name": "Atlantis"})]
     await _run(api, stub_server, canned, function_tools(guard),
                [repeat, repeat, repeat, repeat, "I give up."])
@@ -146,9 +150,9 @@ async def test_identical_failing_calls_end_in_the_terminal_message(
     assert len(texts) == 4
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in texts[0]
-    for text in texts[1:]:
-        assert text.startswith("find_city failed 2 times with identical arguments")
-        assert TERMINAL in text
+    assert texts[1].startswith("find_city failed 2 times with identical arguments")
+    assert TERMINAL in texts[1]
+    assert all(text.startswith("find_city failed (code: halted).") for text in texts[2:])
     assert runs["find_city"] == 2
 
 
@@ -294,3 +298,79 @@ def test_failure_error_function_reports_to_observers_without_counting() -> None:
     assert all(TERMINAL not in t for t in texts)
     assert [(e.tool, e.call_id, e.ok, e.code, e.terminal) for e in events] == \
         [("find_city", "call_1", False, "not_found", False)] * 4
+
+
+# -- runs scope themselves; a halt ends the run ---------------------------------------------
+async def _run_agent(api: str, stub: Any, canned: SimpleNamespace, tools: list[Any],
+                     steps: list[Any], **agent_options: Any) -> Any:
+    model, client = _model(api, stub, canned, steps)
+    agent = agents.Agent(name="assistant", instructions="Help.", tools=tools, model=model,
+                         **agent_options)
+    try:
+        return await agents.Runner.run(agent, "Find Atlantis.", max_turns=20,
+                                       run_config=agents.RunConfig(tracing_disabled=True))
+    finally:
+        await client.close()
+
+
+REPEAT = [("find_city", {"name": "Atlantis"})]
+
+
+@MODELS
+async def test_an_always_repeating_model_ends_with_a_final_output_naming_the_halt(
+        api: str, stub_server: Any, canned: SimpleNamespace, guard: Guard,
+        runs: dict[str, int]) -> None:
+    """stop_on_halt: the model calls the same failing tool for ever; the run ends at cap + 1."""
+    result = await _run_agent(api, stub_server, canned, function_tools(guard),
+                              [REPEAT] * 12, tool_use_behavior=stop_on_halt)
+    assert isinstance(result.final_output, str)
+    assert result.final_output.startswith("Stopped: find_city failed (code: halted).")
+    assert len(stub_server.bodies()) == 3  # cap (2) + the halted call, then no model request
+    assert runs["find_city"] == 2
+    sent = [text for step in _sent(api, stub_server) for _, text in step]
+    assert TERMINAL in sent[-1]
+
+
+@MODELS
+async def test_without_stop_on_halt_every_further_call_reads_the_halt(
+        api: str, stub_server: Any, canned: SimpleNamespace, guard: Guard,
+        runs: dict[str, int]) -> None:
+    """The default behaviour runs the model again; each further call gets the halt, no body."""
+    await _run_agent(api, stub_server, canned, function_tools(guard),
+                     [REPEAT, REPEAT, REPEAT, REPEAT, "I give up."])
+    sent = [text for step in _sent(api, stub_server) for _, text in step]
+    assert len(sent) == 4
+    assert all("(code: halted)" in text for text in sent[2:])
+    assert runs["find_city"] == 2
+
+
+async def test_two_runs_at_once_never_share_a_counter(
+        stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
+    """Two concurrent runs of one agent: each reaches its own cap, each body ran twice."""
+    tools = function_tools(guard)
+    model, client = _model("chat", stub_server, canned, [REPEAT] * 6)
+    agent = agents.Agent(name="assistant", instructions="Help.", tools=tools, model=model,
+                         tool_use_behavior=stop_on_halt)
+    config = agents.RunConfig(tracing_disabled=True)
+    try:
+        one, two = await asyncio.gather(agents.Runner.run(agent, "a", run_config=config),
+                                        agents.Runner.run(agent, "b", run_config=config))
+    finally:
+        await client.close()
+    assert str(one.final_output).startswith("Stopped: ")
+    assert str(two.final_output).startswith("Stopped: ")
+    assert runs["find_city"] == 4
+    assert guard.incidents == []  # nothing counted on the shared guard itself
+
+
+async def test_a_new_run_starts_fresh_and_a_conversation_key_joins_runs(
+        stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
+    """Each run is a new turn; with conversation= both runs count under one task id."""
+    tools = function_tools(guard, conversation=lambda ctx: "user-7")
+    for _ in range(2):
+        result = await _run_agent("chat", stub_server, canned, tools, [REPEAT] * 3,
+                                  tool_use_behavior=stop_on_halt)
+        assert str(result.final_output).startswith("Stopped: ")
+    assert runs["find_city"] == 4  # the second run's calls were not blocked by the first's
+    incidents = guard.scoped("default/conversation-user-7").incidents
+    assert {i.turn for i in incidents} == {0, 1}

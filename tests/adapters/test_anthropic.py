@@ -116,7 +116,7 @@ def test_transient_failure_is_retried_inside_the_wrapper(
 
 def test_identical_failing_calls_end_in_the_terminal_message(
         stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
-    """Repeating one failing call ends in the terminal stop; the body runs only up to the cap."""
+    """Repeating one failing call: the terminal stop at the cap, then the halt; body capped."""
     repeat = [("find_city", {"name": "Atlantis"})]
     _loop(stub_server, canned, guard, [repeat, repeat, repeat, repeat, "I give up."])
     blocks = [b for turn in _sent(stub_server) for b in turn]
@@ -124,9 +124,9 @@ def test_identical_failing_calls_end_in_the_terminal_message(
     assert all(b["is_error"] is True for b in blocks)
     assert blocks[0]["content"].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in blocks[0]["content"]
-    for block in blocks[1:]:
-        assert block["content"].startswith("find_city failed 2 times with identical arguments")
-        assert TERMINAL in block["content"]
+    assert blocks[1]["content"].startswith("find_city failed 2 times with identical arguments")
+    assert TERMINAL in blocks[1]["content"]
+    assert all(b["content"].startswith("find_city failed (code: halted).") for b in blocks[2:])
     assert runs["find_city"] == 2
     assert stub_server.unexpected == []
 
@@ -191,7 +191,64 @@ async def test_content_lists_and_dicts_are_accepted(guard: Guard) -> None:
          "content": content, "stop_reason": "tool_use", "stop_sequence": None,
          "usage": {"input_tokens": 1, "output_tokens": 1}})
     for form in (message, {"role": "assistant", "content": content}, content):
+        guard.new_turn()  # the identical read again in one turn would be no progress
         assert run_tool_uses(guard, form) == expected
+        guard.new_turn()
         assert await arun_tool_uses(guard, form) == expected
     assert run_tool_uses(guard, {"role": "assistant", "content": "just text"}) == []
     assert run_tool_uses(guard, None) == []
+
+
+def test_an_anthropic_loop_ends_on_halt_and_a_new_user_message_is_a_new_turn(
+        stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
+    """outputs.halt stops the loop at cap + 1; tool_result turns are not user messages."""
+    repeat = [("find_city", {"name": "Atlantis"})]
+    stub_server.add(MESSAGES, *canned.script(canned.anthropic, [repeat] * 10))
+    messages: list[Any] = [{"role": "user", "content": "find Atlantis"}]
+    requests = []
+    with anthropic.Anthropic(base_url=stub_server.url, api_key="t", max_retries=0) as client:
+        for question in ("find Atlantis", "try again"):
+            if len(messages) > 1:
+                messages.append({"role": "user", "content": question})
+            for n in range(1, 10):
+                reply = client.messages.create(model="claude-x", max_tokens=64,
+                                               messages=messages, tools=tools(guard))
+                messages.append({"role": "assistant", "content": [
+                    b.model_dump(exclude_none=True) for b in reply.content]})
+                outputs = run_tool_uses(guard, reply, messages=messages)
+                messages.append({"role": "user", "content": outputs})
+                if outputs.halt:
+                    requests.append(n)
+                    break
+    assert requests == [3, 3]
+    assert runs["find_city"] == 4
+
+
+def test_tool_uses_the_guard_does_not_own_are_left_alone(guard: Guard) -> None:
+    """A tool_use of the caller's own tool gets no tool_result unless others="answer"."""
+    content = [{"type": "tool_use", "id": "t1", "name": "my_own_tool", "input": {}},
+               {"type": "tool_use", "id": "t2", "name": "get_weather",
+                "input": {"city": "Oslo"}}]
+    assert [b["tool_use_id"] for b in run_tool_uses(guard, content)] == ["t2"]
+    answered = run_tool_uses(guard, content, others="answer")
+    assert [b["tool_use_id"] for b in answered] == ["t1", "t2"]
+    assert answered[0]["is_error"] is True
+
+
+def test_two_message_lists_are_two_conversations_without_a_key(
+        guard: Guard, runs: dict[str, int]) -> None:
+    """messages= alone: each list is named by its first tool_use id; counts never mix."""
+    def turn(messages: list[Any], use_id: str) -> str:
+        content = [{"type": "tool_use", "id": use_id, "name": "find_city",
+                    "input": {"name": "X"}}]
+        messages.append({"role": "assistant", "content": content})
+        [block] = run_tool_uses(guard, content, messages=messages)
+        messages.append({"role": "user", "content": [block]})
+        return str(block["content"])
+
+    alice: list[Any] = [{"role": "user", "content": "find X"}]
+    bob: list[Any] = [{"role": "user", "content": "find X"}]
+    a1, b1, a2 = turn(alice, "toolu_a1"), turn(bob, "toolu_b1"), turn(alice, "toolu_a2")
+    assert TERMINAL not in a1 and TERMINAL not in b1
+    assert TERMINAL in a2
+    assert runs["find_city"] == 3

@@ -33,6 +33,7 @@ from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from toolfault.adapters.langchain import (  # noqa: E402
     GuardedTool,
     guard_langchain_tool,
+    halted,
     langchain_tools,
 )
 
@@ -157,14 +158,15 @@ def test_transient_failure_is_retried_inside_the_wrapper(tools: Tools) -> None:
 
 
 def test_identical_failures_end_in_the_terminal_stop(tools: Tools) -> None:
-    """The model repeats a failing call; the body runs only up to the cap, then is blocked."""
+    """The model repeats a failing call: the body runs up to the cap, then the turn halts."""
     calls = [ai_call("find_city", {"city": "Atlantis"}, f"c{i}") for i in range(4)]
     messages = run_graph(langchain_tools(tools.guard), *calls)
     assert [m.tool_call_id for m in messages] == ["c0", "c1", "c2", "c3"]
     assert all(m.status == "error" for m in messages)
     assert str(messages[0].content).startswith("find_city failed (code: not_found).")
     assert TERMINAL not in str(messages[0].content)
-    assert all(TERMINAL in str(m.content) for m in messages[1:])
+    assert TERMINAL in str(messages[1].content)
+    assert [halted(m) for m in messages] == [False, False, True, True]
     assert tools.runs["find_city"] == 2
 
 
@@ -295,13 +297,15 @@ def test_the_example_graph_runs_offline(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_the_docs_page_example_runs_and_prints_what_the_page_shows(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/adapters/langchain.md: its program runs as shown and prints its sample output."""
+    """docs/adapters/langchain.md: each program runs as shown and prints its sample output."""
     page = Path(__file__).resolve().parents[2] / "docs" / "adapters" / "langchain.md"
     markdown = page.read_text()
-    [program] = re.findall(r"^```python\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
-    [sample] = re.findall(r"^```text\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
-    exec(compile(program, str(page), "exec"), {"__name__": "docs_example"})
-    assert capsys.readouterr().out == sample
+    programs = re.findall(r"^```python\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
+    samples = re.findall(r"^```text\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
+    assert len(programs) == len(samples) == 2
+    for program, sample in zip(programs, samples, strict=True):
+        exec(compile(program, str(page), "exec"), {"__name__": "docs_example"})
+        assert capsys.readouterr().out == sample
 
 
 def test_a_plain_string_input_is_answered_not_raised(tools: Tools) -> None:

@@ -24,6 +24,7 @@ from mcp.server import Server, ServerRequestContext  # noqa: E402
 from mcp.shared.memory import create_client_server_memory_streams  # noqa: E402
 
 from toolfault.adapters.mcp import (  # noqa: E402
+    ERROR_META_KEY,
     TASK_META_KEY,
     TURN_META_KEY,
     current_request,
@@ -43,8 +44,9 @@ class Tools:
     def __init__(self) -> None:
         self.runs: dict[str, int] = {}
         self.seen_request: list[bool] = []
-        self.guard = guard = Guard(limits=Limits(backoff=FAST_BACKOFF), task_id="t",
-                                   secrets=[SECRET])
+        self.guard = guard = Guard(limits=Limits(backoff=FAST_BACKOFF,
+                                                 progress_exempt=frozenset({"whoami"})),
+                                   task_id="t", secrets=[SECRET])
 
         @guard.tool(alternatives={"search_flights_any_price": "if no budget applies"})
         def search_flights(origin: str, max_price: Annotated[int, Field(gt=0)]) -> dict[str, Any]:
@@ -196,17 +198,28 @@ async def test_transient_failure_is_retried_inside_the_wrapper(tools: Tools) -> 
 
 
 async def test_identical_failures_end_in_the_terminal_stop(tools: Tools) -> None:
-    """Repeating a failing call hits the cap; the body runs only up to it, then is blocked."""
+    """Repeating a failing call: terminal at the cap, then halted; structured and _meta say so."""
     async with memory_session(tools.server) as session:
         results = [await session.call_tool("find_city", {"city": "Atlantis"})
                    for _ in range(4)]
     assert all(r.is_error for r in results)
     assert text(results[0]).startswith("find_city failed (code: not_found).")
     assert TERMINAL not in text(results[0])
+    assert TERMINAL in text(results[1])
     for result in results[1:]:
-        assert TERMINAL in text(result)
         assert result.structured_content is not None
         assert result.structured_content["terminal"] is True
+    for result in results[2:]:
+        assert result.structured_content is not None
+        assert result.structured_content["halt"] is True
+        assert result.meta is not None and result.meta[ERROR_META_KEY]["halt"] is True
+    first = results[0].meta
+    assert first is not None
+    assert first[ERROR_META_KEY] == {
+        "class": "permanent", "code": "not_found", "retryable": False,
+        "retryNotBefore": None, "correlationId": first[ERROR_META_KEY]["correlationId"],
+        "halt": False}
+    assert first[ERROR_META_KEY]["correlationId"]
     assert tools.runs["find_city"] == 2  # the cap for a permanent failure
 
 
@@ -291,18 +304,18 @@ async def test_counters_are_per_session_over_streamable_http(tools: Tools) -> No
         b1 = await two.call_tool("find_city", {"city": "Atlantis"})
         a2 = await one.call_tool("find_city", {"city": "Atlantis"})
         b2 = await two.call_tool("find_city", {"city": "Atlantis"})
-        a3 = await one.call_tool("find_city", {"city": "Atlantis"})
         task_one = text(await one.call_tool("whoami", {}))
         task_two = text(await two.call_tool("whoami", {}))
+        a3 = await one.call_tool("find_city", {"city": "Atlantis"})
     assert TERMINAL not in text(a1) and TERMINAL not in text(b1)
-    assert TERMINAL in text(a2) and TERMINAL in text(b2) and TERMINAL in text(a3)
+    assert TERMINAL in text(a2) and TERMINAL in text(b2) and "(code: halted)" in text(a3)
     assert tools.runs["find_city"] == 4  # two per session, the third of session one blocked
     assert task_one != task_two
     assert re.fullmatch(r"t/mcp-[0-9a-f]{32}", task_one)  # the transport's session id
 
 
-async def test_stateless_http_shares_one_scope(tools: Tools) -> None:
-    """Without sessions (stateless HTTP) there is nothing to key on: all clients share."""
+async def test_legacy_stateless_http_without_a_principal_shares_one_scope(tools: Tools) -> None:
+    """stateless_http=True opens a connection per request: no principal, nothing to key on."""
     async with http_server(tools.server, stateless=True) as url:
         async with Client(url, mode="legacy") as one:
             first = await one.call_tool("find_city", {"city": "Atlantis"})
@@ -312,8 +325,8 @@ async def test_stateless_http_shares_one_scope(tools: Tools) -> None:
     assert TERMINAL in text(second)
 
 
-async def test_modern_stateless_protocol_shares_one_scope(tools: Tools) -> None:
-    """The 2026-07-28 protocol has no sessions: two clients share the guard's own scope."""
+async def test_modern_stateless_protocol_in_memory_shares_one_scope(tools: Tools) -> None:
+    """A sessionless in-process client (one client per server, as on stdio) counts on the guard."""
     async with Client(tools.server, mode="auto") as one:
         first = await one.call_tool("find_city", {"city": "Atlantis"})
     async with Client(tools.server, mode="auto") as two:

@@ -152,16 +152,16 @@ def test_transient_failure_is_retried_inside_the_wrapper(
 @APIS
 def test_identical_failing_calls_end_in_the_terminal_message(
         api: str, stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
-    """Repeating one failing call ends in the terminal stop; the body runs only up to the cap."""
+    """Repeating one failing call: the terminal stop at the cap, then the halt; body capped."""
     repeat = [("find_city", {"name": "Atlantis"})]
     _run(api, stub_server, canned, tools.guard, [repeat, repeat, repeat, repeat, "I give up."])
     texts = [text for turn in _sent(api, stub_server) for _, text in turn]
     assert len(texts) == 4
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in texts[0]
-    for text in texts[1:]:
-        assert text.startswith("find_city failed 2 times with identical arguments")
-        assert TERMINAL in text
+    assert texts[1].startswith("find_city failed 2 times with identical arguments")
+    assert TERMINAL in texts[1]
+    assert all(text.startswith("find_city failed (code: halted).") for text in texts[2:])
     assert tools.runs["find_city"] == 2
     assert stub_server.unexpected == []
 
@@ -261,6 +261,7 @@ def test_chat_accepts_completions_dicts_and_tool_call_lists(tools: Tools) -> Non
     expected = [{"role": "tool", "tool_call_id": "call_1", "content": "sunny in Oslo"}]
     as_dict = message.choices[0].message.model_dump()
     for form in (message, message.choices[0].message, as_dict, as_dict["tool_calls"]):
+        tools.guard.new_turn()  # the identical read again in one turn would be no progress
         assert run_chat_tool_calls(tools.guard, form) == expected
     [no_id] = run_chat_tool_calls(tools.guard, [
         {"type": "function", "function": {"name": "get_weather", "arguments": "{}"}}])
@@ -269,10 +270,13 @@ def test_chat_accepts_completions_dicts_and_tool_call_lists(tools: Tools) -> Non
     assert run_chat_tool_calls(tools.guard, None) == []
 
 
-def test_every_chat_tool_call_is_answered_even_custom_ones(tools: Tools) -> None:
-    """A free-form custom tool call the guard does not know still gets an answer with its id."""
-    [answer] = run_chat_tool_calls(tools.guard, [
-        {"id": "call_x", "type": "custom", "custom": {"name": "shell", "input": "ls -la"}}])
+def test_custom_chat_tool_calls_are_left_to_their_owner_unless_asked(tools: Tools) -> None:
+    """A free-form call the guard does not own is not answered, unless others="answer"."""
+    calls = [{"id": "call_x", "type": "custom", "custom": {"name": "shell", "input": "ls -la"}},
+             {"id": "call_y", "type": "function",
+              "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]
+    assert [a["tool_call_id"] for a in run_chat_tool_calls(tools.guard, calls)] == ["call_y"]
+    answer, _ = run_chat_tool_calls(tools.guard, calls, others="answer")
     assert answer["tool_call_id"] == "call_x"
     assert str(answer["content"]).startswith("shell failed (code: ")
 
@@ -284,12 +288,13 @@ def test_responses_skips_non_call_items_and_accepts_dicts(tools: Tools) -> None:
               "arguments": '{"city": "Rome"}'}]
     expected = [{"type": "function_call_output", "call_id": "call_9", "output": "sunny in Rome"}]
     assert run_response_function_calls(tools.guard, items) == expected
+    tools.guard.new_turn()  # the identical read again in one turn would be no progress
     assert run_response_function_calls(tools.guard, {"output": items}) == expected
     assert run_response_function_calls(tools.guard, None) == []
 
 
 def test_custom_tool_calls_in_a_response_are_answered_in_kind(fast_guard: Guard) -> None:
-    """A Responses custom_tool_call gets a custom_tool_call_output; no call goes unanswered."""
+    """A custom_tool_call the guard does not own is skipped; asked to, it is answered in kind."""
     from openai.types.responses import Response
 
     @fast_guard.tool
@@ -307,7 +312,96 @@ def test_custom_tool_calls_in_a_response_are_answered_in_kind(fast_guard: Guard)
              "name": "shell", "input": "ls -la"},
         ],
     })
-    outputs = run_response_function_calls(fast_guard, response)
+    assert [o["call_id"] for o in run_response_function_calls(fast_guard, response)] == [
+        "call_1"]
+    outputs = run_response_function_calls(fast_guard, response, others="answer")
     assert [(o["type"], o["call_id"]) for o in outputs] == [
         ("function_call_output", "call_1"), ("custom_tool_call_output", "call_2")]
     assert "unknown_tool" in outputs[1]["output"]
+
+
+# -- the loop ends on halt; turns from the messages; conversations apart ------------------
+def _chat_loop_until_halt(client: Any, guard: Guard, messages: list[Any],
+                          conversation: str | None = None) -> int:
+    """A hand-written loop that stops on ``outputs.halt``; returns the model requests made."""
+    for n in range(1, 20):
+        reply = client.chat.completions.create(model="gpt-x", messages=messages,
+                                               tools=chat_tools(guard))
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        outputs = run_chat_tool_calls(guard, message, messages=messages,
+                                      conversation=conversation)
+        messages.extend(outputs)
+        if outputs.halt or not message.tool_calls:
+            return n
+    raise AssertionError("the loop did not finish")
+
+
+def test_a_chat_loop_ends_on_the_halt_flag_within_cap_plus_one(
+        stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
+    """An always-repeating model: outputs.halt ends the loop at the third call; body ran twice."""
+    repeat = [("find_city", {"name": "Atlantis"})]
+    stub_server.add(CHAT, *canned.script(canned.chat, [repeat] * 10))
+    with openai.OpenAI(base_url=f"{stub_server.url}/v1", api_key="t", max_retries=0) as client:
+        requests = _chat_loop_until_halt(client, tools.guard,
+                                         [{"role": "user", "content": "find Atlantis"}])
+    assert requests == 3
+    assert tools.runs["find_city"] == 2
+
+
+def test_a_new_user_message_starts_a_new_turn(
+        stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
+    """After a halt the user speaks again: the same call reaches the tool again."""
+    repeat = [("find_city", {"name": "Atlantis"})]
+    stub_server.add(CHAT, *canned.script(canned.chat, [repeat] * 10))
+    messages: list[Any] = [{"role": "user", "content": "find Atlantis"}]
+    with openai.OpenAI(base_url=f"{stub_server.url}/v1", api_key="t", max_retries=0) as client:
+        _chat_loop_until_halt(client, tools.guard, messages)
+        messages.append({"role": "user", "content": "try again"})
+        _chat_loop_until_halt(client, tools.guard, messages)
+    assert tools.runs["find_city"] == 4
+
+
+def test_two_conversations_on_one_guard_never_share_a_counter(tools: Tools) -> None:
+    """conversation= keeps counts apart: B's first call is not A's terminal message."""
+    call = [{"id": "c", "type": "function",
+             "function": {"name": "find_city", "arguments": '{"name": "X"}'}}]
+    a1, = run_chat_tool_calls(tools.guard, call, conversation="A")
+    a2, = run_chat_tool_calls(tools.guard, call, conversation="A")
+    b1, = run_chat_tool_calls(tools.guard, call, conversation="B")
+    assert TERMINAL in str(a2["content"])
+    assert TERMINAL not in str(a1["content"]) and TERMINAL not in str(b1["content"])
+    assert tools.runs["find_city"] == 3
+
+
+def test_responses_outputs_carry_results_and_the_halt(tools: Tools) -> None:
+    """The output list is plain API items; results and halt ride beside them."""
+    item = {"type": "function_call", "call_id": "c", "name": "find_city",
+            "arguments": '{"name": "X"}'}
+    halts = []
+    for _ in range(3):
+        outputs = run_response_function_calls(tools.guard, [item])
+        assert set(outputs[0]) == {"type", "call_id", "output"}
+        assert [r.code for r in outputs.results] in (["not_found"], ["halted"])
+        halts.append(outputs.halt)
+    assert halts == [False, False, True]
+
+
+def test_two_message_lists_are_two_conversations_without_a_key(tools: Tools) -> None:
+    """messages= alone: each list is named by its first tool call id; counts never mix."""
+    def turn(messages: list[Any], call_id: str) -> str:
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": "find_city", "arguments": '{"name": "X"}'}}]}
+        messages.append(message)
+        [answer] = run_chat_tool_calls(tools.guard, message, messages=messages)
+        messages.append(answer)
+        return str(answer["content"])
+
+    alice: list[Any] = [{"role": "user", "content": "find X"}]
+    bob: list[Any] = [{"role": "user", "content": "find X"}]
+    a1, b1 = turn(alice, "call_a1"), turn(bob, "call_b1")
+    a2 = turn(list(alice), "call_a2")  # a copy of the list is still alice's conversation
+    assert TERMINAL not in a1 and TERMINAL not in b1
+    assert TERMINAL in a2
+    assert tools.runs["find_city"] == 3

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Outcome
+from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
 from toolfault.stores import SQLiteStore
 
 WORKER = Path(__file__).with_name("_worker.py")
@@ -147,7 +147,8 @@ def test_rows_expire_after_the_ttl(tmp_path: Path) -> None:
 def test_closed_store_degrades_the_guard(tmp_path: Path) -> None:
     """A store that fails (here: closed underneath) degrades the guard instead of raising."""
     store = SQLiteStore(tmp_path / "state.db")
-    guard = Guard(store=store, task_id="t1", state_failure="open")
+    guard = Guard(store=store, task_id="t1", state_failure="open",
+                  limits=Limits(no_progress_cycle=None))  # the same lookup twice on purpose
 
     @guard.tool
     def lookup(city: str) -> str:
@@ -173,7 +174,7 @@ def test_bad_synchronous_is_refused(tmp_path: Path) -> None:
 def test_a_deleted_state_file_degrades_instead_of_splitting_state(tmp_path: Path) -> None:
     """Removing the SQLite file under a running guard is noticed: the guard degrades, loudly."""
     path = tmp_path / "state.db"
-    guard = Guard(store=SQLiteStore(path), task_id="t")
+    guard = Guard(store=SQLiteStore(path), task_id="t", limits=Limits(no_progress_cycle=None))
     guard.tool(name="ping")(lambda: "pong")
     assert guard.call("ping", {}).ok
     for suffix in ("", "-wal", "-shm"):

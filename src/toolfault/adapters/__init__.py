@@ -13,10 +13,15 @@ toolfault`` never pulls in an SDK and every adapter is an optional extra
   failures are ``CallToolResult(is_error=True)`` with the problem as ``structured_content``;
   counters scoped per MCP session.
 - :mod:`toolfault.adapters.langchain`: LangChain tools whose failures are
-  ``ToolMessage(status="error")`` with our text; works inside LangGraph's ``ToolNode``.
+  ``ToolMessage(status="error")`` with our text and the problem as ``artifact``; works inside
+  LangGraph's ``ToolNode``.
 - :mod:`toolfault.adapters.agents`: OpenAI Agents SDK ``FunctionTool`` objects backed by the
   guard, and a ``failure_error_function`` for tools decorated with the SDK directly.
 
-Adapters never start a new turn: call ``guard.new_turn()`` when the *user* speaks, so that
-identical retries across the model's own follow-up requests are counted and capped.
+Every adapter scopes counters to the conversation by itself (a LangGraph ``thread_id``, an
+Agents SDK run, an MCP session or client, an OpenAI/Anthropic ``conversation=``) and starts a
+new turn where the framework shows one (a new user message in ``messages=``, a new run), and
+every adapter hands a halt on in the framework's own way (``halt_hook``, ``stop_on_halt``,
+``ToolOutputs.halt``, ``structuredContent["halt"]``).  Adapters answer only the calls of tools
+registered on the guard unless told otherwise.
 """

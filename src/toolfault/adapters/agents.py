@@ -11,19 +11,33 @@ four-part contract by :meth:`Guard.shape`.  That is the trade-off: no caps (the 
 body every time, so the terminal message is never sent, and no retry-cap incident is
 raised), no in-wrapper retries, no budgets.  The guard's observers and tracing do see each
 shaped error, not counted against anything.  Prefer :func:`function_tools` where you can.
+
+Runs scope themselves: each ``Runner.run`` counts in a :meth:`Guard.scoped` scope of its own
+(keyed by the run's context), so two runs at once never share a counter and a new run starts
+fresh.  Pass ``conversation=`` (a function of the tool context returning a key, such as
+``lambda ctx: ctx.context.user_id``) to carry counts across the runs of one conversation; each
+new run is then a new turn of it.
+
+A halt ends the run: with ``tool_use_behavior=stop_on_halt`` on the agent, a tool call the
+guard halted becomes the run's final output (``"Stopped: <halt message>"``) instead of going
+back to a model that would only call again until ``MaxTurnsExceeded``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonschema
 from agents import FunctionTool, RunContextWrapper
+from agents.agent import ToolsToFinalOutputResult
 from agents.exceptions import ModelBehaviorError
-from agents.tool import ToolErrorFunction, default_tool_error_function
+from agents.tool import FunctionToolResult, ToolErrorFunction, default_tool_error_function
 from agents.tool_context import ToolContext
 
 from toolfault._errors import ToolError
@@ -31,23 +45,101 @@ from toolfault._guard import Guard
 from toolfault._schema import JsonSchemaValidator
 from toolfault._tool import ToolSpec
 
-__all__ = ["failure_error_function", "function_tools"]
+__all__ = ["HaltedOutput", "failure_error_function", "function_tools", "stop_on_halt"]
+
+#: Runs and conversations whose scopes one set of tools keeps (oldest dropped first).
+MAX_SCOPES = 4096
+
+Conversation = Callable[[ToolContext[Any]], "str | None"]
 
 
-def function_tools(guard: Guard) -> list[FunctionTool]:
+class HaltedOutput(str):
+    """A tool output with which the guard ended the turn (reads as the halt message)."""
+
+    __slots__ = ()
+    halt = True
+
+
+class _Runs:
+    """One scope per run (or per conversation key), and a new turn for each new run."""
+
+    def __init__(self, guard: Guard, conversation: Conversation | None) -> None:
+        self.guard = guard
+        self.conversation = conversation
+        self.lock = threading.Lock()
+        self.scopes: OrderedDict[Any, tuple[Guard, weakref.ReferenceType[Any] | None]] = (
+            OrderedDict())
+        self.serial = 0
+
+    def scope(self, ctx: ToolContext[Any]) -> Guard:
+        # The run's Usage object is shared by every tool context of one run, and only by it.
+        run = getattr(ctx, "usage", None)
+        try:
+            run_ref: weakref.ReferenceType[Any] | None = weakref.ref(run)
+        except TypeError:
+            run_ref = None
+        key: Any = None
+        if self.conversation is not None:
+            named = self.conversation(ctx)
+            key = None if named is None else ("conversation", str(named))
+        if key is None:
+            key = ("run", id(run))
+        with self.lock:
+            entry = self.scopes.get(key)
+            if entry is not None and key[0] == "run" and (
+                    entry[1] is None or entry[1]() is not run):
+                entry = None  # an id reused by a later run
+            if entry is None:
+                self.serial += 1
+                label = (f"conversation-{key[1]}" if key[0] == "conversation"
+                         else f"run-{self.serial}")
+                scoped = self.guard.scoped(f"{self.guard.task_id}/{label}")
+                self.scopes[key] = (scoped, run_ref)
+                while len(self.scopes) > MAX_SCOPES:
+                    self.scopes.popitem(last=False)
+                return scoped
+            scoped, seen = entry
+            self.scopes.move_to_end(key)
+            if seen is None or seen() is not run:
+                scoped.new_turn()  # the conversation's next run
+                self.scopes[key] = (scoped, run_ref)
+            return scoped
+
+
+def function_tools(guard: Guard, *, conversation: Conversation | None = None
+                   ) -> list[FunctionTool]:
     """One ``FunctionTool`` per registered tool, each running its calls through the guard.
 
     The schema is published as the guard built it (``strict_json_schema=False``): the SDK's
-    strict rewrite would make optional parameters required.
+    strict rewrite would make optional parameters required.  Calls count per run, or per
+    ``conversation(ctx)`` key when given (see the module docstring).
     """
-    return [_function_tool(guard, spec) for spec in guard.tools.values()]
+    runs = _Runs(guard, conversation)
+    return [_function_tool(guard, spec, runs) for spec in guard.tools.values()]
 
 
-def _function_tool(guard: Guard, spec: ToolSpec) -> FunctionTool:
+def stop_on_halt(ctx: RunContextWrapper[Any], results: list[FunctionToolResult]
+                 ) -> ToolsToFinalOutputResult:
+    """``tool_use_behavior`` that ends the run when the guard halted one of the tool calls.
+
+    The final output is ``"Stopped: "`` and the halt message; otherwise the model runs on, as
+    with the default ``"run_llm_again"``.
+    """
+    for result in results:
+        if getattr(result.output, "halt", False) is True:
+            return ToolsToFinalOutputResult(is_final_output=True,
+                                            final_output=f"Stopped: {result.output}")
+    return ToolsToFinalOutputResult(is_final_output=False, final_output=None)
+
+
+def _function_tool(guard: Guard, spec: ToolSpec, runs: _Runs) -> FunctionTool:
     name = spec.name
 
     async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> str:
-        result = await guard.acall(name, args_json, call_id=ctx.tool_call_id)
+        scoped = runs.scope(ctx)
+        result = await scoped.acall(name, args_json, call_id=ctx.tool_call_id)
+        if result.halt:
+            return HaltedOutput(result.text)
         return result.text
 
     return FunctionTool(

@@ -2,32 +2,147 @@
 
 Each tool publishes the guard's JSON Schema as ``args_schema``; with a dict schema LangChain
 validates nothing, so toolfault does, and the model gets a four-part message rather than a
-pydantic dump.  A failure is raised as a ``ToolException`` the tool handles itself, which is
-LangChain's own route to ``ToolMessage(status="error")``: invoked with a ``ToolCall`` (as
-LangGraph's ``ToolNode`` does) the tool returns that message with the tool call's id and our
-text; invoked with a plain dict it returns the text.  ``ToolNode``'s default error handling
-re-raises everything but argument-validation errors and crashes the graph; these tools never
-raise, so the default is fine as it is.
+pydantic dump.  ``ToolNode``'s default error handling re-raises everything but
+argument-validation errors and crashes the graph; these tools never raise.
 
-Successes return ``(text, value)`` as LangChain's ``content_and_artifact``: the model reads the
-text, the graph keeps the value as ``ToolMessage.artifact``.  Adapters never start a turn:
-call ``guard.new_turn()`` when the user speaks.
+What each call gives back: invoked with a ``ToolCall`` (as LangGraph's ``ToolNode`` does), a
+``ToolMessage`` with the call's id.  A success is ``status="success"``, the text as content and
+the tool's value as ``artifact`` (LangChain's ``content_and_artifact``); a failure is
+``status="error"``, our four-part text as content and the problem dict as ``artifact``
+(``artifact["halt"]`` is true when the guard ended the turn).  Invoked with a plain dict, the
+text alone.
+
+Conversations scope themselves: calls count per LangGraph ``thread_id``
+(``config["configurable"]["thread_id"]``), each thread in its own :meth:`Guard.scoped` scope,
+and a new user message in the thread's ``messages`` starts a new turn (``ToolNode`` hands the
+tool the graph state).  Without a ``thread_id`` (no checkpointer) each invocation's message
+list is its own conversation (keyed by its first message's id); calls made outside a
+``ToolNode`` without a ``thread_id`` count on the guard itself.
+
+A halt ends the run without a recursion error: pass :func:`halt_hook` as
+``create_react_agent(..., post_model_hook=halt_hook)`` (or run it as a node between the model
+and ``tools_condition``); after a halted tool message it drops the model's next tool calls
+and answers with the halt, so the graph reaches ``END`` normally.
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
-from collections.abc import Iterable
-from typing import Any, Literal
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
 
-from langchain_core.tools import BaseTool, ToolException
-from pydantic import BaseModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
+from pydantic import BaseModel, Field
 
 from toolfault._errors import ToolError
 from toolfault._guard import Guard
-from toolfault._result import ToolResult
+from toolfault._result import ToolContext, ToolResult
 
-__all__ = ["GuardedTool", "guard_langchain_tool", "langchain_tools"]
+__all__ = ["GuardedTool", "guard_langchain_tool", "halt_hook", "halted", "langchain_tools",
+           "thread_guard"]
+
+#: Threads whose scopes a guard keeps (least recently used dropped first).
+MAX_THREADS = 4096
+
+_tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "toolfault_lc_tool_call_id", default=None)
+
+
+class _Injected(BaseModel):
+    """The input schema LangGraph's ``ToolNode`` reads: asks for its ``ToolRuntime``.
+
+    The model-facing schema stays the guard's (``args_schema``); this only tells ``ToolNode``
+    to hand over the graph state, the tool call id and the config.
+    """
+
+    runtime: Annotated[Any, InjectedToolArg] = None
+
+
+class _Threads:
+    """One scope per thread id of one guard, and the user-message count each last saw."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.scopes: OrderedDict[str, tuple[Guard, int | None]] = OrderedDict()
+        self.root_humans: int | None = None
+
+    def scope(self, guard: Guard, thread: str | None, humans: int | None,
+              label: str = "thread") -> Guard:
+        with self.lock:
+            if thread is None:
+                if humans is not None and self.root_humans not in (None, humans):
+                    guard.new_turn()
+                self.root_humans = humans if humans is not None else self.root_humans
+                return guard
+            key = f"{label}\x00{thread}"
+            entry = self.scopes.get(key)
+            if entry is None:
+                scoped = guard.scoped(f"{guard.task_id}/{label}-{thread}")
+                self.scopes[key] = (scoped, humans)
+                while len(self.scopes) > MAX_THREADS:
+                    self.scopes.popitem(last=False)
+                return scoped
+            scoped, seen = entry
+            self.scopes.move_to_end(key)
+            if humans is not None and seen not in (None, humans):
+                scoped.new_turn()  # the user spoke again in this thread
+            self.scopes[key] = (scoped, humans if humans is not None else seen)
+            return scoped
+
+
+_threads: weakref.WeakKeyDictionary[Guard, _Threads] = weakref.WeakKeyDictionary()
+_threads_lock = threading.Lock()
+
+
+def _threads_of(guard: Guard) -> _Threads:
+    with _threads_lock:
+        threads = _threads.get(guard)
+        if threads is None:
+            threads = _threads[guard] = _Threads()
+        return threads
+
+
+def thread_guard(guard: Guard, thread_id: str | None) -> Guard:
+    """The scope that counts ``thread_id``'s calls (the guard itself for ``None``).
+
+    The same scope the tools of :func:`langchain_tools` use, for code that wants its
+    incidents, ledger or turn.
+    """
+    return _threads_of(guard).scope(guard, thread_id, None)
+
+
+def _thread_id(config: Mapping[str, Any] | None) -> str | None:
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id") if isinstance(configurable, Mapping) else None
+    return None if thread is None or thread == "" else str(thread)
+
+
+def _messages(state: Any) -> Any:
+    return state.get("messages") if isinstance(state, Mapping) else getattr(
+        state, "messages", None)
+
+
+def _first_id(state: Any) -> str | None:
+    """The id of the first message of the graph state, if it has one."""
+    messages = _messages(state)
+    if not isinstance(messages, (list, tuple)) or not messages:
+        return None
+    first = getattr(messages[0], "id", None)
+    return first if isinstance(first, str) and first else None
+
+
+def _human_count(state: Any) -> int | None:
+    """User messages in the graph state, the turn marker (``None`` without a message list)."""
+    messages = _messages(state)
+    if not isinstance(messages, (list, tuple)):
+        return None
+    return sum(1 for m in messages if isinstance(m, BaseMessage) and m.type == "human")
 
 
 def _error_text(error: ToolException) -> str:
@@ -44,16 +159,67 @@ class _Failed(ToolException):
 
 
 class GuardedTool(BaseTool):
-    """A LangChain tool whose every call goes through ``guard`` (validation, caps, shaping)."""
+    """A LangChain tool whose every call goes through ``guard`` (validation, caps, shaping).
+
+    Calls count in the scope of their LangGraph thread (see the module docstring).
+    """
 
     guard: Guard
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: Any = _error_text
+    # Artifacts a guarded content_and_artifact tool left, by guard call id (shared, not copied).
+    artifacts: Any = Field(default=None, exclude=True, repr=False)
 
-    def _shape(self, result: ToolResult) -> tuple[str, Any]:
-        if not result.ok:
-            raise _Failed(result)
-        return result.text, result.data
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        if isinstance(self.args_schema, dict) and "runtime" in (
+                self.args_schema.get("properties") or {}):
+            return super().get_input_schema(config)  # the model owns "runtime" here
+        return _Injected
+
+    def run(self, tool_input: Any, *args: Any, tool_call_id: str | None = None,
+            **kwargs: Any) -> Any:
+        token = _tool_call_id.set(tool_call_id)
+        try:
+            return super().run(tool_input, *args, tool_call_id=tool_call_id, **kwargs)
+        finally:
+            _tool_call_id.reset(token)
+
+    async def arun(self, tool_input: Any, *args: Any, tool_call_id: str | None = None,
+                   **kwargs: Any) -> Any:
+        token = _tool_call_id.set(tool_call_id)
+        try:
+            return await super().arun(tool_input, *args, tool_call_id=tool_call_id, **kwargs)
+        finally:
+            _tool_call_id.reset(token)
+
+    def _scope(self, runtime: Any, config: RunnableConfig | None) -> tuple[Guard, str | None]:
+        """The thread's scope and the call id, from ToolNode's runtime or the config."""
+        call_id = getattr(runtime, "tool_call_id", None) or _tool_call_id.get()
+        run_config = getattr(runtime, "config", None) or config
+        state = getattr(runtime, "state", None)
+        humans = _human_count(state)
+        thread = _thread_id(run_config)
+        if thread is None:
+            # No thread_id (no checkpointer): the conversation is the message list itself,
+            # named by its first message's id, which LangGraph assigns once per invocation.
+            first = _first_id(state)
+            if first is not None:
+                return (_threads_of(self.guard).scope(self.guard, first, humans,
+                                                      "conversation"), call_id)
+        return _threads_of(self.guard).scope(self.guard, thread, humans), call_id
+
+    def _shape(self, result: ToolResult, call_id: str | None) -> tuple[Any, Any]:
+        artifact = result.data
+        if self.artifacts is not None:
+            artifact = self.artifacts.pop(result.call_id, artifact)
+        if result.ok:
+            return result.text, artifact
+        if call_id is None:
+            raise _Failed(result)  # plain-dict input: LangChain turns it into the text
+        # LangChain drops the artifact of a handled error, so the message is built here.
+        failed = ToolMessage(content=result.text, tool_call_id=call_id, name=self.name,
+                             status="error", artifact=result.data)
+        return failed, None
 
     def _parse_input(self, tool_input: str | dict[str, Any], tool_call_id: str | None
                      ) -> str | dict[str, Any]:
@@ -63,11 +229,17 @@ class GuardedTool(BaseTool):
             return tool_input
         return super()._parse_input(tool_input, tool_call_id)
 
-    def _run(self, *args: Any, **kwargs: Any) -> tuple[str, Any]:
-        return self._shape(self.guard.call(self.name, _arguments(args, kwargs)))
+    def _run(self, *args: Any, runtime: Annotated[Any, InjectedToolArg] = None,
+             config: RunnableConfig, **kwargs: Any) -> tuple[Any, Any]:
+        scoped, call_id = self._scope(runtime, config)
+        result = scoped.call(self.name, _arguments(args, kwargs), call_id=call_id)
+        return self._shape(result, call_id)
 
-    async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str, Any]:
-        return self._shape(await self.guard.acall(self.name, _arguments(args, kwargs)))
+    async def _arun(self, *args: Any, runtime: Annotated[Any, InjectedToolArg] = None,
+                    config: RunnableConfig, **kwargs: Any) -> tuple[Any, Any]:
+        scoped, call_id = self._scope(runtime, config)
+        result = await scoped.acall(self.name, _arguments(args, kwargs), call_id=call_id)
+        return self._shape(result, call_id)
 
 
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -75,6 +247,36 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if args and not kwargs and len(args) == 1:
         return args[0]
     return kwargs
+
+
+def halted(message: Any) -> bool:
+    """Whether ``message`` is a tool message of a call with which the guard ended the turn."""
+    if not isinstance(message, ToolMessage):
+        return False
+    artifact = message.artifact
+    return isinstance(artifact, Mapping) and artifact.get("halt") is True
+
+
+def halt_hook(state: Any) -> dict[str, Any]:
+    """End a LangGraph agent normally once the guard halted: a ``post_model_hook``.
+
+    When the model answers a halted tool message with more tool calls, its message is
+    replaced (same id) by one without tool calls that reports the halt, so the agent routes
+    to ``END`` instead of looping until ``GraphRecursionError``.  Anything else passes.
+    """
+    messages = state.get("messages") if isinstance(state, Mapping) else getattr(
+        state, "messages", None)
+    if not messages or not isinstance(messages[-1], AIMessage) or not messages[-1].tool_calls:
+        return {}
+    for message in reversed(messages[:-1]):
+        if not isinstance(message, ToolMessage):
+            break
+        if halted(message):
+            last = messages[-1]
+            stop = AIMessage(content=f"Stopped: {message.content}", id=last.id,
+                             response_metadata={"toolfault_halt": True})
+            return {"messages": [stop]}
+    return {}
 
 
 def langchain_tools(guard: Guard, names: Iterable[str] | None = None) -> list[BaseTool]:
@@ -129,15 +331,34 @@ def guard_langchain_tool(guard: Guard, tool: BaseTool, **options: Any) -> BaseTo
     original = tool.model_copy(update={"handle_tool_error": False,
                                        "handle_validation_error": False})
 
-    def run(**kwargs: Any) -> Any:
+    # A content_and_artifact tool keeps both: it is invoked with a ToolCall (the only way
+    # LangChain hands out the artifact), the content goes to the guard and the artifact waits
+    # for the guarded twin under the guard's call id.
+    artifacts: OrderedDict[str, Any] | None = (
+        OrderedDict() if tool.response_format == "content_and_artifact" else None)
+
+    def unpack(output: Any, ctx: ToolContext) -> Any:
+        if artifacts is None or not isinstance(output, ToolMessage):
+            return output
+        artifacts[ctx.call_id] = output.artifact
+        while len(artifacts) > MAX_THREADS:  # calls made on the guard directly never collect
+            artifacts.popitem(last=False)
+        return output.content
+
+    def tool_input(kwargs: dict[str, Any], ctx: ToolContext) -> Any:
+        if artifacts is None:
+            return kwargs
+        return {"name": tool.name, "args": kwargs, "id": ctx.call_id, "type": "tool_call"}
+
+    def run(ctx: ToolContext, **kwargs: Any) -> Any:
         try:
-            return original.invoke(kwargs)
+            return unpack(original.invoke(tool_input(kwargs, ctx)), ctx)
         except ToolException as exc:
             raise ToolError("tool_error", str(exc) or f"{tool.name} reported an error") from exc
 
-    async def arun(**kwargs: Any) -> Any:
+    async def arun(ctx: ToolContext, **kwargs: Any) -> Any:
         try:
-            return await original.ainvoke(kwargs)
+            return unpack(await original.ainvoke(tool_input(kwargs, ctx)), ctx)
         except ToolException as exc:
             raise ToolError("tool_error", str(exc) or f"{tool.name} reported an error") from exc
 
@@ -146,4 +367,7 @@ def guard_langchain_tool(guard: Guard, tool: BaseTool, **options: Any) -> BaseTo
     fn = arun if async_only else run
     guard.tool(name=tool.name, description=options.pop("description", tool.description),
                schema=schema, **options)(fn)
-    return langchain_tools(guard, [tool.name])[0]
+    [guarded] = langchain_tools(guard, [tool.name])
+    if artifacts is not None:
+        guarded.artifacts = artifacts
+    return guarded

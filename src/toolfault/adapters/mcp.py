@@ -4,35 +4,48 @@ Why a lowlevel ``mcp.server.Server`` and not ``MCPServer``: the lowlevel server 
 input schema we give it and passes the raw ``arguments`` through unvalidated, so toolfault does
 the validation and the model gets a four-part message instead of a pydantic dump.  Every
 failure comes back as ``CallToolResult(is_error=True)`` with the four-part text as its only
-``TextContent`` and the problem dict as ``structured_content``; nothing is ever raised into the
-SDK (a raised exception would reach the client as a bare JSON-RPC error, detail and all).
+``TextContent``, the problem dict as ``structured_content`` (``"halt": true`` when the guard
+ended the turn) and the failure fields in ``_meta["toolfault/error"]`` (``class``, ``code``,
+``retryable``, ``retryNotBefore``, ``correlationId``, ``halt``); nothing is ever raised into
+the SDK (a raised exception would reach the client as a bare JSON-RPC error, detail and all).
+Tools are listed with ``ToolAnnotations`` derived from their registration (``readOnlyHint``
+for tools without ``side_effect``), overridable per tool with ``annotations=``.
 
-Counters are scoped per MCP session.  Each request picks its scope, first match wins:
+Counters are scoped per MCP client.  Each request picks its scope, first match wins:
 
 1. ``_meta["toolfault/task"]`` (a string the client sends): one scope per value, on any
    transport, including the stateless ones;
 2. a stateful session (the ``initialize`` handshake on stdio, in memory or over streamable
    HTTP with session ids): one scope per connection, task id ``<guard task>/mcp-<session>``
    (the transport's session id, or a random one: unique across processes sharing a store);
-3. otherwise (the 2026-07-28 stateless protocol, ``stateless_http=True``) there is no session
-   to key on, so every request shares the guard's own scope.
+3. sessionless HTTP (the 2026-07-28 protocol, the default client's): the authenticated
+   principal when an auth middleware set one (``request.user``: the MCP SDK's bearer auth or
+   any Starlette one), else the client's HTTP connection (its address and port, which a
+   client keeps while it is open), each its own scope; behind a proxy that pools
+   connections, send rule 1's key or authenticate;
+4. a legacy server run with ``stateless_http=True`` opens a connection per request, so only
+   a principal tells its clients apart; otherwise (and for a sessionless stdio or in-memory
+   client, one client per server) the guard's own scope.
 
-A scope's turn stays put for the whole session: the server cannot see the model's turns, so
-identical failing calls are capped across the session until that call succeeds.  A host that
-knows its turns sends ``_meta["toolfault/turn"]``; each change of its value starts a new turn.
-(``guard.new_turn()`` on the guard itself moves only the shared scope of rule 3.)
+Turns: the server cannot see the model's turns.  A host that knows them sends
+``_meta["toolfault/turn"]``; each change of its value starts a new turn.  Without it, a scope
+idle for ``idle_turn_seconds`` (default 300) starts a new turn on its next call, so a capped
+call is not blocked for ever; set ``Limits(block_seconds=...)`` to lift blocks sooner (the
+message states the time).  (``guard.new_turn()`` on the guard itself moves only rule 4's scope.)
 """
 
 from __future__ import annotations
 
 import contextvars
 import copy
+import datetime
 import json
 import logging
+import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,24 +55,30 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from toolfault import __version__
-from toolfault._errors import Outcome
+from toolfault._errors import Outcome, ToolError
 from toolfault._guard import Guard
 from toolfault._message import echo_args, render_error
 from toolfault._result import ToolResult
+from toolfault._tool import ToolSpec
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http import EventStore
 
 __all__ = [
+    "ERROR_META_KEY",
     "TASK_META_KEY",
     "TURN_META_KEY",
     "current_request",
+    "failure_meta",
+    "guard_mcp_tools",
     "mcp_server",
     "run_stdio",
     "serve_stdio",
     "serve_streamable_http",
     "session_guard",
+    "side_effect_of",
     "to_call_tool_result",
+    "tool_annotations",
 ]
 
 log = logging.getLogger("toolfault.mcp")
@@ -68,8 +87,15 @@ log = logging.getLogger("toolfault.mcp")
 TASK_META_KEY = "toolfault/task"
 #: ``_meta`` key whose changing value starts a new turn in the request's scope.
 TURN_META_KEY = "toolfault/turn"
-#: Scopes named by ``TASK_META_KEY`` kept per server (least recently used dropped first).
+#: ``_meta`` key of a failed call's machine-readable failure fields.
+ERROR_META_KEY = "toolfault/error"
+#: Scopes named by ``TASK_META_KEY``, principals or connections kept per server (least
+#: recently used dropped first).
 MAX_NAMED_SCOPES = 1024
+#: Seconds without a call after which a scope's next call starts a new turn.
+IDLE_TURN_SECONDS = 300.0
+
+_clock = time.monotonic  # the idle window's clock (a test may replace it)
 
 ContentBlock = (types.TextContent | types.ImageContent | types.AudioContent
                 | types.EmbeddedResource | types.ResourceLink)
@@ -111,11 +137,14 @@ def _scoped(guard: Guard, task_id: str) -> Guard:
 class _Scopes:
     """Where each request's counters live (see the module docstring for the rules)."""
 
-    def __init__(self, guard: Guard, *, per_session: bool) -> None:
+    def __init__(self, guard: Guard, *, per_session: bool,
+                 idle_turn_seconds: float | None = IDLE_TURN_SECONDS) -> None:
         self.guard = guard
         self.per_session = per_session
+        self.idle_turn_seconds = idle_turn_seconds
         self._named: OrderedDict[str, Guard] = OrderedDict()
         self._turns: weakref.WeakKeyDictionary[Guard, Any] = weakref.WeakKeyDictionary()
+        self._seen: weakref.WeakKeyDictionary[Guard, float] = weakref.WeakKeyDictionary()
         self._key = f"toolfault.guard.{id(guard)}"
 
     def for_request(self, ctx: ServerRequestContext[Any, Any]) -> Guard:
@@ -124,24 +153,49 @@ class _Scopes:
         meta: Mapping[str, Any] = dict(ctx.meta or {})
         task = meta.get(TASK_META_KEY)
         if isinstance(task, str) and task:
-            scoped = self._named.get(task)
-            if scoped is None:
-                # "mcp-…" names belong to connections: a client must not pick its way into one.
-                label = f"task:{task}" if task.startswith("mcp-") else task
-                scoped = _scoped(self.guard, f"{self.guard.task_id}/{label}")
-                self._named[task] = scoped
-                while len(self._named) > MAX_NAMED_SCOPES:
-                    self._named.popitem(last=False)
-            self._named.move_to_end(task)
+            # "mcp-…" names belong to connections: a client must not pick its way into one.
+            label = f"task:{task}" if task.startswith("mcp-") else task
+            scoped = self._named_scope(f"task\x00{task}", label)
         else:
             scoped = self._for_connection(ctx)
         if TURN_META_KEY in meta:
             self._follow_turn(scoped, meta[TURN_META_KEY])
+        else:
+            self._follow_idle(scoped)
         return scoped
+
+    def _named_scope(self, key: str, label: str | None) -> Guard:
+        """The scope kept under ``key`` (task id ``<guard task>/<label>``, random if None)."""
+        scoped = self._named.get(key)
+        if scoped is None:
+            name = label if label is not None else f"mcp-client-{uuid.uuid4().hex}"
+            scoped = _scoped(self.guard, f"{self.guard.task_id}/{name}")
+            self._named[key] = scoped
+            while len(self._named) > MAX_NAMED_SCOPES:
+                self._named.popitem(last=False)
+        self._named.move_to_end(key)
+        return scoped
+
+    def _for_client(self, ctx: ServerRequestContext[Any, Any], *, by_connection: bool = True
+                    ) -> Guard | None:
+        """A sessionless HTTP request's scope: its principal, else its connection."""
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        if not isinstance(scope, Mapping):
+            return None
+        principal = _principal(scope.get("user"))
+        if principal:
+            return self._named_scope(f"user\x00{principal}", None)
+        client = scope.get("client")
+        if client and by_connection:
+            host, port = client[0], client[1]
+            return self._named_scope(f"peer\x00{host}\x00{port}", None)
+        return None
 
     def _for_connection(self, ctx: ServerRequestContext[Any, Any]) -> Guard:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return self.guard  # every request is its own connection: nothing to key on
+            # Every request is its own connection: key on who sent it.
+            return self._for_client(ctx) or self.guard
         # The SDK has no public accessor for the connection; its ``state`` dict is documented
         # as per-connection scratch space, which is exactly what a session scope needs.
         conn = getattr(ctx.session, "_connection", None)
@@ -150,7 +204,9 @@ class _Scopes:
             return self.guard
         session_id = getattr(conn, "session_id", None)
         if session_id is None and ctx.request is not None:
-            return self.guard  # stateless streamable HTTP: a fresh connection per request
+            # stateless_http=True: every request opens its own connection, so only a principal
+            # tells clients apart; without one they share the guard's scope.
+            return self._for_client(ctx, by_connection=False) or self.guard
         scoped = state.get(self._key)
         if not isinstance(scoped, Guard):
             # Unique across processes too: stdio servers of a fleet may share one store.
@@ -163,6 +219,30 @@ class _Scopes:
         if scoped in self._turns and self._turns[scoped] != marker:
             scoped.new_turn()
         self._turns[scoped] = marker
+
+    def _follow_idle(self, scoped: Guard) -> None:
+        """A call after ``idle_turn_seconds`` of silence starts a new turn in its scope."""
+        now = _clock()
+        last = self._seen.get(scoped)
+        if (last is not None and self.idle_turn_seconds is not None
+                and now - last >= self.idle_turn_seconds):
+            scoped.new_turn()
+        self._seen[scoped] = now
+
+
+def _principal(user: Any) -> str | None:
+    """Who an auth middleware says sent the request (the MCP SDK's or any Starlette one)."""
+    try:
+        if user is None or not getattr(user, "is_authenticated", False):
+            return None
+        token = getattr(user, "access_token", None)
+        for value in (getattr(token, "client_id", None), getattr(user, "username", None),
+                      getattr(user, "display_name", None)):
+            if isinstance(value, str) and value:
+                return value
+    except Exception:  # a user object whose properties raise (Starlette's BaseUser.identity)
+        return None
+    return None
 
 
 def session_guard(server: Server[Any], ctx: ServerRequestContext[Any, Any]) -> Guard:
@@ -220,7 +300,7 @@ def to_call_tool_result(result: ToolResult, guard: Guard | None = None) -> types
             content=[types.TextContent(type="text", text=result.text)],
             structured_content=problem,
             is_error=True,
-        )
+        ).model_copy(update={"meta": {ERROR_META_KEY: failure_meta(result)}})
     blocks = _content_of(result.data)
     if blocks is not None:
         if guard is not None:
@@ -240,6 +320,44 @@ def to_call_tool_result(result: ToolResult, guard: Guard | None = None) -> types
     )
 
 
+def failure_meta(result: ToolResult) -> dict[str, Any]:
+    """A failed call's machine-readable fields, as sent in ``_meta["toolfault/error"]``.
+
+    ``class`` and ``code`` name the failure, ``retryable`` is the verdict the text states,
+    ``retryNotBefore`` (RFC 3339, UTC) is when a retry may come when the backend said so,
+    ``correlationId`` is the guard's call id (in its traces and ledger), ``halt`` says the
+    guard ended the turn.
+    """
+    problem = result.data if isinstance(result.data, Mapping) else {}
+    after = problem.get("retry_after")
+    not_before = None
+    if isinstance(after, (int, float)) and not isinstance(after, bool) and after >= 0:
+        when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=after)
+        not_before = when.isoformat(timespec="seconds").replace("+00:00", "Z")
+    failure_class = result.failure_class
+    return {
+        "class": failure_class.value if failure_class is not None
+        else problem.get("failure_class"),
+        "code": result.code,
+        "retryable": result.retryable,
+        "retryNotBefore": not_before,
+        "correlationId": result.call_id or None,
+        "halt": bool(getattr(result, "halt", False)),
+    }
+
+
+def tool_annotations(spec: ToolSpec) -> types.ToolAnnotations:
+    """What a tool's registration says about it, in MCP's terms.
+
+    A tool without ``side_effect`` is ``readOnlyHint``; a side-effect tool with an idempotency
+    key is ``idempotentHint`` (a repeat has no further effect).
+    """
+    if not spec.side_effect:
+        return types.ToolAnnotations(read_only_hint=True)
+    return types.ToolAnnotations(read_only_hint=False,
+                                 idempotent_hint=spec.idempotency_key is not None)
+
+
 def _internal_error(guard: Guard, name: str, arguments: Any) -> types.CallToolResult:
     """The four-part message for a failure of the adapter path itself (never its detail)."""
     rendered = render_error(
@@ -248,7 +366,11 @@ def _internal_error(guard: Guard, name: str, arguments: Any) -> types.CallToolRe
         outcome=Outcome.UNKNOWN, retryable=False, retry_after=None,
         next_action="stop and report this failure to the user", failure_class="internal")
     return types.CallToolResult(content=[types.TextContent(type="text", text=rendered.text)],
-                                structured_content=rendered.problem, is_error=True)
+                                structured_content=rendered.problem, is_error=True,
+                                ).model_copy(update={"meta": {ERROR_META_KEY: {
+                                    "class": "internal", "code": "internal_error",
+                                    "retryable": False, "retryNotBefore": None,
+                                    "correlationId": None, "halt": False}}})
 
 
 def mcp_server(
@@ -258,21 +380,27 @@ def mcp_server(
     version: str = __version__,
     instructions: str | None = None,
     per_session: bool = True,
+    idle_turn_seconds: float | None = IDLE_TURN_SECONDS,
+    annotations: Mapping[str, types.ToolAnnotations] | None = None,
 ) -> Server[Any]:
     """An MCP server exposing every tool registered on ``guard``, each call guarded.
 
-    Tools are listed from ``guard.tools`` at request time (tools registered later appear).
-    ``per_session=False`` makes every client share the guard's own counters.  Add resources,
-    prompts or other handlers with ``server.add_request_handler``.
+    Tools are listed from ``guard.tools`` at request time (tools registered later appear),
+    with :func:`tool_annotations`, or ``annotations[name]`` where given.
+    ``per_session=False`` makes every client share the guard's own counters;
+    ``idle_turn_seconds=None`` never starts a turn on idleness.  Add resources, prompts or
+    other handlers with ``server.add_request_handler``.
     """
-    scopes = _Scopes(guard, per_session=per_session)
+    scopes = _Scopes(guard, per_session=per_session, idle_turn_seconds=idle_turn_seconds)
+    published = dict(annotations or {})
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
             types.Tool(name=spec.name, description=spec.description or spec.name,
-                       input_schema=copy.deepcopy(spec.schema))
+                       input_schema=copy.deepcopy(spec.schema),
+                       annotations=published.get(spec.name) or tool_annotations(spec))
             for spec in guard.tools.values()
         ])
 
@@ -292,6 +420,77 @@ def mcp_server(
                                  on_list_tools=list_tools, on_call_tool=call_tool)
     server._toolfault_scopes = scopes  # type: ignore[attr-defined]
     return server
+
+
+def side_effect_of(annotations: types.ToolAnnotations | None) -> bool:
+    """Whether a remote tool's calls change the world, by its ``ToolAnnotations``.
+
+    ``readOnlyHint`` tools have no effect; ``idempotentHint`` tools may be repeated safely,
+    so the guard treats them like reads (a timeout may be retried, an identical result again
+    is no progress).  Anything else, unannotated tools included (MCP's defaults: not read-only,
+    destructive, not idempotent), is a side effect: timeouts are ``Effect: unknown`` and never
+    blindly retried.
+    """
+    if annotations is None:
+        return True
+    return not (annotations.read_only_hint or annotations.idempotent_hint)
+
+
+def _remote_value(result: types.CallToolResult) -> Any:
+    """What a remote tool returned: its structured content, else its text, else its blocks."""
+    if result.structured_content is not None:
+        return result.structured_content
+    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    if len(texts) == len(result.content):
+        return "\n".join(texts)
+    return list(result.content)
+
+
+def _remote_error(name: str, result: types.CallToolResult) -> ToolError:
+    """A remote ``isError`` result as the guard's error (its code when a toolfault server sent
+    one in ``_meta``, else ``tool_error`` with the server's text as the reason)."""
+    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    reason = " ".join(" ".join(texts).split())[:500] or f"{name} reported an error"
+    fields = (result.meta or {}).get(ERROR_META_KEY)
+    code = fields.get("code") if isinstance(fields, Mapping) else None
+    return ToolError(code if isinstance(code, str) and code else "tool_error", reason)
+
+
+async def guard_mcp_tools(guard: Guard, client: Any, *, prefix: str = "",
+                          options: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Register every tool of a connected MCP server on ``guard``; returns the names.
+
+    ``client`` is an open ``mcp.Client`` or ``ClientSession``.  Each tool keeps its input
+    schema and description; its ``ToolAnnotations`` give the default ``side_effect`` (see
+    :func:`side_effect_of`), and ``options[name]`` (any :meth:`Guard.tool` keyword) overrides
+    them.  A remote ``isError`` result becomes the guard's four-part message.  Call these
+    tools with ``guard.acall`` or an async adapter, on the loop the client runs on.
+    """
+    extra = options or {}
+    listed = await client.list_tools()
+    names: list[str] = []
+    for tool in listed.tools:
+        remote = tool.name
+        name = f"{prefix}{remote}"
+        settings: dict[str, Any] = {
+            "name": name, "description": tool.description or tool.title or remote,
+            "schema": copy.deepcopy(dict(tool.input_schema)),
+            "side_effect": side_effect_of(tool.annotations),
+        }
+        settings.update(extra.get(remote, {}))
+        guard.tool(**settings)(_caller(client, remote))
+        names.append(name)
+    return names
+
+
+def _caller(client: Any, remote: str) -> Callable[..., Awaitable[Any]]:
+    async def call(**kwargs: Any) -> Any:
+        result = await client.call_tool(remote, kwargs)
+        if result.is_error:
+            raise _remote_error(remote, result)
+        return _remote_value(result)
+
+    return call
 
 
 async def run_stdio(server: Server[Any]) -> None:

@@ -8,6 +8,15 @@ and any SDK version (or an OpenAI-compatible server's JSON) works.
 Tools are published with ``strict`` off: toolfault's schemas keep optional parameters
 optional, and the guard validates every call itself, answering a bad one with an
 instruction instead of letting a constrained decoder hide the mistake.
+
+The run functions return a :class:`ToolOutputs` list: append it to the conversation as is,
+and stop the loop when ``outputs.halt`` is true (the guard ended the turn).  Pass the
+conversation as ``messages=`` (Chat messages or Responses input items) and a new user message
+in it starts a new turn by itself, and the list names its own conversation (by its first tool
+call id), so two conversations on one guard never share a counter; ``conversation=`` names it
+explicitly.  Calls of tools the guard does not own (your own function
+tools, custom free-form tools) are left out for your code to answer, unless
+``others="answer"``.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolfault._result import ToolResult
+from toolfault.adapters._loop import Others, ToolOutputs, owned, scope_for
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionToolMessageParam, ChatCompletionToolParam
@@ -27,6 +37,7 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 __all__ = [
+    "ToolOutputs",
     "arun_chat_tool_calls",
     "arun_response_function_calls",
     "chat_tools",
@@ -64,46 +75,95 @@ def responses_tools(guard: Guard) -> list[FunctionToolParam]:
     return tools
 
 
-def run_chat_tool_calls(guard: Guard, message_or_tool_calls: Any
-                        ) -> list[ChatCompletionToolMessageParam]:
+def run_chat_tool_calls(guard: Guard, message_or_tool_calls: Any, *, messages: Any = None,
+                        conversation: str | None = None, others: Others = "skip"
+                        ) -> ToolOutputs[ChatCompletionToolMessageParam]:
     """Run an assistant message's ``tool_calls`` one by one; one ``role: tool`` message each.
 
     Accepts the ``ChatCompletion``, its message (SDK object or dict) or the ``tool_calls``
-    list.  Every call id gets an answer (the API rejects a turn with one missing), in order.
-    Use :func:`arun_chat_tool_calls` to run a turn's parallel calls concurrently.
+    list.  Every call of the guard's tools gets an answer, in order.  Use
+    :func:`arun_chat_tool_calls` to run a turn's parallel calls concurrently.
     """
-    calls = _chat_calls(message_or_tool_calls)
-    results = guard.run_tool_calls(_batch(calls))
-    return [_tool_message(c, r) for c, r in zip(calls, results, strict=True)]
+    every = _chat_calls(message_or_tool_calls)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
+    results = scoped.run_tool_calls(_batch(calls))
+    return ToolOutputs([_tool_message(c, r) for c, r in zip(calls, results, strict=True)],
+                       results)
 
 
-async def arun_chat_tool_calls(guard: Guard, message_or_tool_calls: Any
-                               ) -> list[ChatCompletionToolMessageParam]:
+async def arun_chat_tool_calls(guard: Guard, message_or_tool_calls: Any, *,
+                               messages: Any = None, conversation: str | None = None,
+                               others: Others = "skip"
+                               ) -> ToolOutputs[ChatCompletionToolMessageParam]:
     """Async twin of :func:`run_chat_tool_calls`: a turn's calls run concurrently, in order."""
-    calls = _chat_calls(message_or_tool_calls)
-    results = await guard.arun_tool_calls(_batch(calls))
-    return [_tool_message(c, r) for c, r in zip(calls, results, strict=True)]
+    every = _chat_calls(message_or_tool_calls)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
+    results = await scoped.arun_tool_calls(_batch(calls))
+    return ToolOutputs([_tool_message(c, r) for c, r in zip(calls, results, strict=True)],
+                       results)
 
 
-def run_response_function_calls(guard: Guard, response_or_items: Any
-                                ) -> list[FunctionCallOutput]:
+def run_response_function_calls(guard: Guard, response_or_items: Any, *, messages: Any = None,
+                                conversation: str | None = None, others: Others = "skip"
+                                ) -> ToolOutputs[FunctionCallOutput]:
     """Run a response's ``function_call`` items; one ``function_call_output`` item each.
 
     Accepts the ``Response`` (or its dict) or an iterable of output items; other item types
     (messages, reasoning) are skipped.  Append the outputs after the echoed items, or send
     them alone with ``previous_response_id``.
     """
-    calls = _response_calls(response_or_items)
-    results = guard.run_tool_calls(_batch(calls))
-    return [_call_output(c, r) for c, r in zip(calls, results, strict=True)]
+    every = _response_calls(response_or_items)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
+    results = scoped.run_tool_calls(_batch(calls))
+    return ToolOutputs([_call_output(c, r) for c, r in zip(calls, results, strict=True)],
+                       results)
 
 
-async def arun_response_function_calls(guard: Guard, response_or_items: Any
-                                       ) -> list[FunctionCallOutput]:
+async def arun_response_function_calls(guard: Guard, response_or_items: Any, *,
+                                       messages: Any = None, conversation: str | None = None,
+                                       others: Others = "skip"
+                                       ) -> ToolOutputs[FunctionCallOutput]:
     """Async twin of :func:`run_response_function_calls`: calls run concurrently, in order."""
-    calls = _response_calls(response_or_items)
-    results = await guard.arun_tool_calls(_batch(calls))
-    return [_call_output(c, r) for c, r in zip(calls, results, strict=True)]
+    every = _response_calls(response_or_items)
+    scoped = scope_for(guard, conversation, messages, _is_user, _anchor(messages, every))
+    calls = owned(guard, every, _name, others)
+    results = await scoped.arun_tool_calls(_batch(calls))
+    return ToolOutputs([_call_output(c, r) for c, r in zip(calls, results, strict=True)],
+                       results)
+
+
+def _name(call: _Call) -> str:
+    return call[0]
+
+
+def _anchor(messages: Any, calls: list[_Call]) -> str | None:
+    """The conversation's first tool call id: in ``messages``, else this turn's first."""
+    if messages is not None and not isinstance(messages, (str, bytes)):
+        for message in messages:
+            if isinstance(message, str):
+                continue
+            if _get(message, "type") in ("function_call", "custom_tool_call"):
+                found = _get(message, "call_id")
+                if found:
+                    return str(found)
+            for item in _get(message, "tool_calls") or ():
+                found = _get(item, "id")
+                if found:
+                    return str(found)
+    for _, _, cid in calls:
+        if cid:
+            return str(cid)
+    return None
+
+
+def _is_user(message: Any) -> bool:
+    """A user message of a Chat conversation or a Responses input list."""
+    if isinstance(message, str):
+        return False
+    return bool(_get(message, "role") == "user")
 
 
 def _batch(calls: list[_Call]) -> list[tuple[Any, ...]]:
@@ -127,7 +187,7 @@ def _chat_calls(obj: Any) -> list[_Call]:
     calls: list[_Call] = []
     for item in obj:
         cid = _get(item, "id")
-        if _get(item, "type") == "custom":  # free-form tools are not the guard's: say so
+        if _get(item, "type") == "custom":  # free-form: answered only if registered or asked
             custom = _get(item, "custom")
             calls.append((str(_get(custom, "name")), _get(custom, "input"), cid))
             continue
@@ -148,7 +208,7 @@ def _response_calls(obj: Any) -> list[_Call]:
         if kind == "function_call":
             calls.append((str(_get(item, "name")), _get(item, "arguments"),
                           _get(item, "call_id")))
-        elif kind == "custom_tool_call":  # free-form input: answered too, or the API rejects
+        elif kind == "custom_tool_call":  # free-form: answered in kind when answered at all
             calls.append((str(_get(item, "name")), _get(item, "input"),
                           _CustomId(str(_get(item, "call_id")))))
     return calls

@@ -115,10 +115,10 @@ class ToolfaultRun:
 
     def call(self, call: ToolCall) -> CallOutcome:
         result = self.guard.call(call.name, call.arguments, call_id=call.id)
-        # A budget refusal is the per-turn ceiling doing its job: the loop ends the turn and
-        # reports the incident, as an adopter wires it (see docs/bench.md).
+        # A budget refusal or a halt is the guard ending the turn: the loop stops and reports
+        # the incident, as an adopter wires it (see docs/bench.md).
         return CallOutcome(result.text, result.ok, self._events.pop(),
-                           halt=result.code == "budget_exceeded")
+                           halt=result.halt or result.code == "budget_exceeded")
 
     def finish(self) -> list[dict[str, Any]]:
         return [{"type": "incident", **incident.to_dict()} for incident in self.guard.incidents]
