@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import (
+    TYPE_CHECKING,
     Annotated,
     Any,
     NotRequired,
@@ -22,10 +23,12 @@ from typing import (
     get_type_hints,
 )
 
-import jsonschema
 import pydantic
 from pydantic import ConfigDict, TypeAdapter
 from typing_extensions import TypedDict
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +236,8 @@ class JsonSchemaValidator:
     def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
         self._tool = tool
         self.schema = dict(schema)
+        import jsonschema  # only tools given a raw JSON Schema pay for importing it
+
         cls = jsonschema.validators.validator_for(self.schema)
         cls.check_schema(self.schema)
         self._validator = cls(self.schema)

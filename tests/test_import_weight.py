@@ -1,0 +1,33 @@
+"""`import toolfault` stays light: heavy packages load only where they are used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=60)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_import_does_not_load_jsonschema_rich_or_a_tokenizer() -> None:
+    """The core import leaves out jsonschema, rich and the exact tokenizers."""
+    loaded = _modules_after("import toolfault")
+    for heavy in ("jsonschema", "rich", "bpe_openai", "tiktoken"):
+        assert heavy not in loaded, heavy
+
+
+def test_a_raw_json_schema_tool_loads_jsonschema_when_registered() -> None:
+    """Giving a raw JSON Schema is what brings jsonschema in, and it validates."""
+    loaded = _modules_after(
+        "import toolfault\n"
+        "g = toolfault.Guard(scan_env_secrets=False)\n"
+        "g.tool(name='f', schema={'type': 'object', 'properties': {'n': {'type': 'integer'}},"
+        " 'required': ['n']})(lambda n: n)\n"
+        "assert g.call('f', {'n': 'x'}).code == 'invalid_argument'\n"
+    )
+    assert "jsonschema" in loaded
