@@ -99,7 +99,23 @@ def test_postcondition_failure_stays_unknown_and_names_the_read_tool() -> None:
     assert "Effect: unknown." in result.text
     assert "check whether it happened with get_booking" in result.text
     assert len(airline.bookings) == 1
-    again = guard.call("book_flight", ARGS)
+    again = guard.call("book_flight", ARGS)  # the timed-out attempt still runs
+    assert again.code == "in_progress" and again.attempts == 0
+    assert len(airline.bookings) == 1
+
+
+def test_failing_check_after_the_attempt_ended_stays_unknown() -> None:
+    """Once the attempt ended without answering, a failing check still dispatches nothing."""
+    airline = Airline(fail_check=True)
+    guard = guarded(airline)
+
+    @guard.tool(side_effect=True, postcondition=airline.landed)
+    def pay(flight: str, passenger: str) -> str:
+        airline.book(flight, passenger)
+        raise TimeoutError("gateway timed out")
+
+    assert guard.call("pay", ARGS).code == "effect_unknown"
+    again = guard.call("pay", ARGS)
     assert again.code == "effect_unknown" and again.attempts == 0
     assert len(airline.bookings) == 1
 

@@ -7,6 +7,7 @@ JSONL trace keep exactly the same shape.
 from __future__ import annotations
 
 import enum
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -90,6 +91,10 @@ class LedgerEntry:
         out["effect"] = self.effect.value
         out["told_effect"] = self.told_effect.value if self.told_effect else None
         return out
+
+    def to_json(self) -> str:
+        """The stored form; one spelling per entry, so stores can compare-and-set on it."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), default=str)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LedgerEntry:

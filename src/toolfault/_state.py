@@ -58,12 +58,14 @@ class Store(Protocol):
 
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         """Read the failure record, count the call in the turn, charge the spend: atomically.
 
         With ``lease``, an admitted call reserves its attempt for at most ``lease`` seconds
-        (until :meth:`settle`), so concurrent identical calls cannot overrun the retry limit.
+        (until :meth:`settle`), so concurrent identical calls cannot overrun the retry limit:
+        failures plus reservations must stay under the recorded limit, or under ``limit``
+        before the fingerprint ever failed.
         """
         ...
 
@@ -99,6 +101,15 @@ class Store(Protocol):
         """Ledger entries for a task, oldest first."""
         ...
 
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        """The latest entry written for an idempotency key (one indexed read, not a scan)."""
+        ...
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        """Compare-and-set: replace the entry with ``entry``'s ``call_id`` only while it still
+        equals ``expected``; False (nothing written) when someone changed it meanwhile."""
+        ...
+
     def add_incident(self, incident: Incident) -> None:
         """Record an incident."""
         ...
@@ -124,11 +135,16 @@ class MemoryStore:
         self._spend: dict[str, float] = defaultdict(float)
         self._held: dict[tuple[str, str], float] = {}
         self._ledger: dict[str, dict[str, LedgerEntry]] = defaultdict(dict)
+        self._by_key: dict[tuple[str, str], str] = {}
         self._incidents: dict[str, list[Incident]] = defaultdict(list)
+        # Calls in flight (reservations plus the one unreserved fast call): the guard's
+        # fast path runs unreserved only while nothing else is in flight.
+        self._live = 0
+        self._fast: tuple[str, int, str, dict[str, Any], CallKey | None] | None = None
 
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         with self._lock:
             record = self._failures.get(key)
@@ -144,9 +160,13 @@ class MemoryStore:
             live: list[float] = []
             if lease is not None:
                 now = time.monotonic()
-                live = [t for t in self._pending.get(key, ()) if t > now]
-                if record is not None and record[0] + len(live) >= record[2]:
-                    return Admission(record[0], record[1], False, calls, spend, busy=True)
+                before = self._pending.get(key, ())
+                live = [t for t in before if t > now]
+                self._live -= len(before) - len(live)
+                cap = record[2] if record is not None else limit
+                if cap is not None and (record[0] if record else 0) + len(live) >= cap:
+                    return Admission(record[0] if record else 0, record[1] if record else None,
+                                     False, calls, spend, busy=True)
                 live.append(now + lease)
             if max_spend is not None and spend + cost > max_spend + 1e-12:
                 return Admission(record[0] if record else 0, record[1] if record else None,
@@ -155,6 +175,7 @@ class MemoryStore:
             self._spend[key.task] = spend
             if lease is not None:
                 self._pending[key] = live
+                self._live += 1
             return Admission(record[0] if record else 0, record[1] if record else None, False,
                              calls, spend)
 
@@ -177,6 +198,7 @@ class MemoryStore:
             live = self._pending.get(key)
             if live:
                 live.remove(min(live))
+                self._live -= 1
             if not live:
                 self._pending.pop(key, None)
 
@@ -204,11 +226,80 @@ class MemoryStore:
 
     def put_ledger(self, entry: LedgerEntry) -> None:
         with self._lock:
-            self._ledger[entry.task][entry.call_id] = entry
+            entries = self._ledger[entry.task]
+            if entry.call_id not in entries and entry.idempotency_key is not None:
+                self._by_key[(entry.task, entry.idempotency_key)] = entry.call_id
+            entries[entry.call_id] = entry
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         with self._lock:
             return sorted(self._ledger.get(task, {}).values(), key=lambda e: e.at)
+
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        with self._lock:
+            call_id = self._by_key.get((task, idempotency_key))
+            return None if call_id is None else self._ledger[task].get(call_id)
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        with self._lock:
+            entries = self._ledger[entry.task]
+            if entries.get(entry.call_id) != expected:
+                return False
+            entries[entry.call_id] = entry
+            return True
+
+    def has_entry(self, task: str, call_id: str) -> bool:
+        """Whether this store holds the entry (a fallback: written during an outage)."""
+        with self._lock:
+            return call_id in self._ledger.get(task, {})
+
+    def drain(self) -> tuple[list[LedgerEntry], list[tuple[str, str, float]]]:
+        """Take out every ledger entry and every live idempotency key (task, token, seconds
+        left): what an outage left here, to be written into the shared store on recovery."""
+        now = time.monotonic()
+        with self._lock:
+            entries = [e for task in self._ledger.values() for e in task.values()]
+            held = [(task, token, expiry - now) for (task, token), expiry in self._held.items()
+                    if expiry > now]
+            self._ledger.clear()
+            self._by_key.clear()
+            self._held.clear()
+        return entries, held
+
+    # -- the guard's fast path: one unreserved call while nothing else is in flight -----
+    def fast_enter(self, task: str, turn: int, tool: str, args: dict[str, Any]) -> bool:
+        """Let one call run unreserved, only while no other call is in flight."""
+        with self._lock:
+            if self._live:
+                return False
+            self._live = 1
+            self._fast = (task, turn, tool, args, None)
+            return True
+
+    def fast_exit(self) -> None:
+        """The unreserved call ended (settling the reservation a racing call gave it)."""
+        with self._lock:
+            fast, self._fast = self._fast, None
+            self._live -= 1
+        if fast is not None and fast[4] is not None:
+            self.settle(fast[4])
+
+    def fast_call(self, task: str, turn: int) -> tuple[str, dict[str, Any]] | None:
+        """The unreserved call in flight in this turn, if any: (tool, arguments)."""
+        fast = self._fast
+        if fast is None or fast[0] != task or fast[1] != turn or fast[4] is not None:
+            return None
+        return fast[2], fast[3]
+
+    def reserve_fast(self, key: CallKey, lease: float, args: dict[str, Any]) -> None:
+        """Count the unreserved call (identical to the caller's) as in flight under ``key``."""
+        with self._lock:
+            fast = self._fast
+            if fast is None or fast[3] is not args or fast[4] is not None:
+                return
+            self._fast = (*fast[:4], key)
+            self._pending.setdefault(key, []).append(time.monotonic() + lease)
+            self._live += 1
 
     def add_incident(self, incident: Incident) -> None:
         with self._lock:
@@ -250,6 +341,7 @@ class DegradingStore:
         self._down_since: float | None = None
         self._on_degrade = on_degrade
         self._lock = threading.Lock()
+        self._recovering = threading.Lock()
 
     @property
     def degraded(self) -> bool:
@@ -258,11 +350,48 @@ class DegradingStore:
 
     def _target(self) -> Store:
         down = self._down_since
-        if down is None or time.monotonic() - down >= self._retry_after:
+        if down is None:
+            return self.primary
+        if time.monotonic() - down >= self._retry_after and self._recover():
             return self.primary
         if self.policy == "closed":
             raise StateUnavailableError("the state store is unavailable")
         return self.fallback
+
+    def _recover(self) -> bool:
+        """Back from an outage: first write what was kept locally into the primary.
+
+        Ledger entries and live idempotency keys recorded in the fallback during the outage
+        go to the shared store before it serves anything else, so a pending effect recorded
+        only here is seen by every worker before any of them dispatches that key again.
+        False (still down, nothing lost) when the primary fails meanwhile.
+        """
+        with self._recovering:
+            if self._down_since is None:
+                return True
+            entries, held = self.fallback.drain()
+            try:
+                for task, token, left in held:
+                    self.primary.acquire(task, token, max(left, 0.001))
+                for entry in sorted(entries, key=lambda e: e.at):
+                    self.primary.put_ledger(entry)
+            except Exception:
+                for entry in entries:
+                    self.fallback.put_ledger(entry)
+                for task, token, left in held:
+                    self.fallback.acquire(task, token, left)
+                with self._lock:
+                    self._down_since = time.monotonic()
+                return False
+            with self._lock:
+                self._down_since = None
+            # Entries a racing thread wrote locally while this ran: moved over as well.
+            late, late_held = self.fallback.drain()
+            for task, token, left in late_held:
+                _quietly(self.primary.acquire, task, token, max(left, 0.001))
+            for entry in late:
+                _quietly(self.primary.put_ledger, entry)
+            return True
 
     def _degrade(self, exc: BaseException) -> None:
         """Mark the primary down (told once per outage); raise when failing closed."""
@@ -283,9 +412,6 @@ class DegradingStore:
                 raise
             self._degrade(exc)
             return getattr(self.fallback, op)(*args, **kwargs)
-        if target is self.primary and self._down_since is not None:
-            with self._lock:
-                self._down_since = None
         return result
 
     @property
@@ -301,18 +427,18 @@ class DegradingStore:
 
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         if self._down_since is None:  # the hot path: one direct call
             try:
                 return self.primary.admit(key, cost=cost, max_calls=max_calls,
-                                          max_spend=max_spend, lease=lease)
+                                          max_spend=max_spend, lease=lease, limit=limit)
             except Exception as exc:
                 self._degrade(exc)
                 return self.fallback.admit(key, cost=cost, max_calls=max_calls,
-                                           max_spend=max_spend, lease=lease)
+                                           max_spend=max_spend, lease=lease, limit=limit)
         result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
-                                      max_spend=max_spend, lease=lease)
+                                      max_spend=max_spend, lease=lease, limit=limit)
         return result
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -342,6 +468,19 @@ class DegradingStore:
         entries: list[LedgerEntry] = self._run("ledger", task)
         return entries
 
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        local = self.fallback.ledger_entry(task, idempotency_key)
+        if local is not None:  # recorded during an outage, not yet moved over
+            return local
+        entry: LedgerEntry | None = self._run("ledger_entry", task, idempotency_key)
+        return entry
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        if self.fallback.has_entry(entry.task, entry.call_id):
+            return self.fallback.swap_ledger(entry, expected)
+        swapped: bool = self._run("swap_ledger", entry, expected)
+        return swapped
+
     def add_incident(self, incident: Incident) -> None:
         try:
             self._run("add_incident", incident)
@@ -359,3 +498,10 @@ class DegradingStore:
 
     def close(self) -> None:
         self.primary.close()
+
+
+def _quietly(op: Callable[..., Any], *args: Any) -> None:
+    try:
+        op(*args)
+    except Exception:  # noqa: BLE001 - best effort; the next recovery or a TTL catches up
+        pass

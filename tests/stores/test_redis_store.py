@@ -221,7 +221,8 @@ def test_every_key_has_a_ttl_and_one_slot(redis_url: str, prefix: str) -> None:
     for task in ("t1", "a{b}c", "x:y"):
         exercise(store, task)
     keys = sorted(client.scan_iter(match=f"{prefix}:*"))
-    assert len(keys) == 3 * 7  # fail, calls, spend, held, ledger, ledger order, incidents
+    # fail, calls, spend, held, ledger, ledger order, ledger by key, incidents
+    assert len(keys) == 3 * 8
     for k in keys:
         assert 0 < client.pttl(k) <= 600_000, k
     slots: dict[str, set[int]] = {}

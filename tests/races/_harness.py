@@ -1,0 +1,164 @@
+"""Race trials for side effects (a helper, not a test module).
+
+Each trial is one side-effecting call raced by several workers (threads, asyncio tasks or
+processes) over one shared store.  The tool writes its effect, then outlives the guard's
+timeout, so every worker faces "it timed out: did it land?" and may retry as a model would.
+Effects are counted in files (one per trial), outside any store, so the count is what
+actually happened whatever the store believed.  A trial is *duplicated* when its action ran
+more than once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolfault import Backoff, Guard, Limits, Store
+
+FAST = Backoff(attempts=3, initial=0.001, maximum=0.01, jitter=0.0)
+TOOL_TIMEOUT = 0.02
+TOOL_RUNS = 0.05  # the effect lands at once; the answer comes after the timeout
+
+
+@dataclass
+class Tally:
+    """Duplicated trials out of trials for one setting."""
+
+    setting: str
+    trials: int
+    duplicated: int
+    max_effects: int
+
+    def line(self) -> str:
+        return (f"{self.setting}: {self.duplicated}/{self.trials} trials duplicated "
+                f"(max {self.max_effects} effects in one trial)")
+
+
+def effects_in(folder: Path, trial: str) -> int:
+    """How many times the action of one trial ran."""
+    path = folder / trial
+    return path.stat().st_size if path.exists() else 0
+
+
+def make_guard(store: Store, folder: Path, *, postcondition: bool, task: str = "t"
+               ) -> Guard:
+    """A worker's guard with one side-effecting tool that lands, then times out."""
+    guard = Guard(store=store, task_id=task, limits=Limits(backoff=FAST),
+                  scan_env_secrets=False)
+
+    def landed(args: dict[str, Any]) -> bool:
+        return effects_in(folder, str(args["trial"])) > 0
+
+    @guard.tool(side_effect=True, timeout=TOOL_TIMEOUT,
+                postcondition=landed if postcondition else None)
+    def send_invoice(trial: str, amount: int) -> str:
+        fd = os.open(folder / trial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+        time.sleep(TOOL_RUNS)
+        return "sent"
+
+    return guard
+
+
+def worker_calls(guard: Guard, trial: str, calls: int = 3) -> list[str]:
+    """Call the tool as a model would: again after an answer that allows it, at most ``calls``."""
+    codes = []
+    for _ in range(calls):
+        guard.task_id = trial
+        result = guard.call("send_invoice", {"trial": trial, "amount": 120})
+        codes.append(result.code or "ok")
+        if result.ok or result.terminal or result.code in ("already_applied",
+                                                            "effect_unknown"):
+            break
+        time.sleep(TOOL_RUNS / 2)
+    return codes
+
+
+def tally(setting: str, folder: Path, trials: list[str]) -> Tally:
+    counts = [effects_in(folder, t) for t in trials]
+    return Tally(setting, len(trials), sum(1 for c in counts if c > 1), max(counts, default=0))
+
+
+def thread_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
+                  workers: int, trials: int, postcondition: bool, lanes: int = 8) -> Tally:
+    """``trials`` trials, each raced by ``workers`` threads with a guard (store handle) each.
+
+    ``lanes`` trials run side by side (each its own task), so many trials fit in little time.
+    """
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    guards = [[make_guard(make_store(), folder, postcondition=postcondition)
+               for _ in range(workers)] for _ in range(lanes)]
+
+    def lane(k: int) -> None:
+        barrier = threading.Barrier(workers)
+
+        def one(guard: Guard) -> None:
+            for trial in names[k::lanes]:
+                barrier.wait()
+                worker_calls(guard, trial)
+
+        threads = [threading.Thread(target=one, args=(g,)) for g in guards[k]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    lane_threads = [threading.Thread(target=lane, args=(k,)) for k in range(lanes)]
+    for t in lane_threads:
+        t.start()
+    for t in lane_threads:
+        t.join()
+    time.sleep(TOOL_RUNS * 2)
+    for row in guards:
+        for guard in row:
+            guard.close()
+    return tally(setting, folder, names)
+
+
+def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[str],
+                    barriers: list[Any], postcondition: bool) -> None:
+    lanes = len(barriers)
+
+    def lane(k: int) -> None:
+        guard = make_guard(make_store(), folder, postcondition=postcondition)
+        for trial in names[k::lanes]:
+            barriers[k].wait(60)
+            worker_calls(guard, trial)
+        time.sleep(TOOL_RUNS * 2)
+        guard.close()
+
+    threads = [threading.Thread(target=lane, args=(k,)) for k in range(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def process_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
+                   workers: int, trials: int, postcondition: bool, lanes: int = 8) -> Tally:
+    """``trials`` trials, each raced by ``workers`` forked processes, ``lanes`` at a time."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    barriers = [ctx.Barrier(workers) for _ in range(lanes)]
+    procs = [ctx.Process(target=_process_worker,
+                         args=(make_store, folder, names, barriers, postcondition))
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    codes = [p.exitcode for p in procs]
+    if codes != [0] * workers:
+        raise RuntimeError(f"a race worker failed: exit codes {codes}")
+    return tally(setting, folder, names)
