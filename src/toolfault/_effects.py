@@ -296,13 +296,16 @@ class EffectsMixin:
             call.held = False
 
 
-    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call) -> Failure:
+    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call,
+                  running: bool = True) -> Failure:
         """Apply a postcondition's verdict to an uncertain failure.
 
-        "Not landed" is only believed once the timed-out attempt has stopped: while it still
-        runs, "not yet" is not "no", and the outcome stays unknown.
+        "Not landed" is only believed when the timed-out attempt had stopped before the check
+        began (``running`` is taken then): while it runs, "not yet" is not "no", and an
+        attempt that ends during the check may have landed after the check looked.
         """
-        if verdict is Outcome.NO_EFFECT and call.orphan is not None and not call.orphan.done():
+        if verdict is Outcome.NO_EFFECT and (running or (call.orphan is not None
+                                                         and not call.orphan.done())):
             verdict = None
         if verdict is Outcome.APPLIED:
             applied = from_entry(

@@ -814,7 +814,9 @@ class Guard(EffectsMixin, BudgetMixin):
         failure = self._classify(call, exc)
         if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
                 and self.mode == "enforce":
-            failure = self._verified(failure, self._run_postcondition_sync(call), call)
+            running = _running(call)  # before the check: it may end while the check runs
+            failure = self._verified(failure, self._run_postcondition_sync(call), call,
+                                     running)
         if self._should_retry_failure(failure):
             raise _Retry(failure) from exc
         return failure
@@ -826,8 +828,9 @@ class Guard(EffectsMixin, BudgetMixin):
             failure = self._classify(call, exc)
             if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
                     and self.mode == "enforce":
+                running = _running(call)
                 failure = self._verified(failure, await self._run_postcondition_async(call),
-                                         call)
+                                         call, running)
             if self._should_retry_failure(failure):
                 raise _Retry(failure) from exc
             return failure
@@ -1195,6 +1198,11 @@ class Guard(EffectsMixin, BudgetMixin):
 
 
 _POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
+
+
+def _running(call: _Call) -> bool:
+    """Whether the call's timed-out attempt still runs."""
+    return call.orphan is not None and not call.orphan.done()
 
 
 def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:

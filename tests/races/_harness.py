@@ -11,6 +11,7 @@ more than once.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import uuid
@@ -134,6 +135,8 @@ def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[s
             barriers[k].wait(60)
             worker_calls(guard, trial)
         time.sleep(TOOL_RUNS * 2)
+        if guard.last_degraded_error is not None:
+            print(f"race worker degraded: {guard.last_degraded_error}", file=sys.stderr)
         guard.close()
 
     threads = [threading.Thread(target=lane, args=(k,)) for k in range(lanes)]
