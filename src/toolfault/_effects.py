@@ -267,6 +267,11 @@ class EffectsMixin:
             self._store.fallback.put_ledger(entry)
 
     def _release(self, call: _Call) -> None:
+        if call.entered:
+            call.entered = False
+            leave = getattr(self._store.primary, "leave", None)
+            if leave is not None:
+                leave()
         if call.reserved is not None:
             key, call.reserved = call.reserved, None
             try:

@@ -330,7 +330,7 @@ class Guard(EffectsMixin, BudgetMixin):
                 raise
             return self._safe_emit(call, self._crash(call, exc))
         finally:
-            if call.held or call.reserved is not None:
+            if call.held or call.reserved is not None or call.entered:
                 self._release(call)
 
     def _fast_ready(self) -> bool:
@@ -570,10 +570,16 @@ class Guard(EffectsMixin, BudgetMixin):
                    default=2)
 
     def _count_fast_call(self, call: _Call, spec: ToolSpec, lease: float) -> None:
-        """An identical call on the fast path runs unreserved: reserve it before admitting."""
+        """An identical call on the fast path runs unreserved: reserve it before admitting.
+
+        Entering first closes the gap: from then on no fast call starts, and one already
+        running is visible here.
+        """
         primary = self._store.primary
-        if not isinstance(primary, MemoryStore) or self._store.degraded:
+        if not isinstance(primary, MemoryStore):
             return
+        primary.enter()
+        call.entered = True
         fast = primary.fast_call(self.task_id, self._turn)
         if fast is None or fast[0] != spec.name or call.key is None:
             return

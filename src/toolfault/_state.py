@@ -137,8 +137,8 @@ class MemoryStore:
         self._ledger: dict[str, dict[str, LedgerEntry]] = defaultdict(dict)
         self._by_key: dict[tuple[str, str], str] = {}
         self._incidents: dict[str, list[Incident]] = defaultdict(list)
-        # Calls in flight (reservations plus the one unreserved fast call): the guard's
-        # fast path runs unreserved only while nothing else is in flight.
+        # Calls between admission and release (plus the one unreserved fast call): the
+        # guard's fast path runs unreserved only while no other call is under way.
         self._live = 0
         self._fast: tuple[str, int, str, dict[str, Any], CallKey | None] | None = None
 
@@ -160,9 +160,7 @@ class MemoryStore:
             live: list[float] = []
             if lease is not None:
                 now = time.monotonic()
-                before = self._pending.get(key, ())
-                live = [t for t in before if t > now]
-                self._live -= len(before) - len(live)
+                live = [t for t in self._pending.get(key, ()) if t > now]
                 cap = record[2] if record is not None else limit
                 if cap is not None and (record[0] if record else 0) + len(live) >= cap:
                     return Admission(record[0] if record else 0, record[1] if record else None,
@@ -175,7 +173,6 @@ class MemoryStore:
             self._spend[key.task] = spend
             if lease is not None:
                 self._pending[key] = live
-                self._live += 1
             return Admission(record[0] if record else 0, record[1] if record else None, False,
                              calls, spend)
 
@@ -198,7 +195,6 @@ class MemoryStore:
             live = self._pending.get(key)
             if live:
                 live.remove(min(live))
-                self._live -= 1
             if not live:
                 self._pending.pop(key, None)
 
@@ -299,7 +295,16 @@ class MemoryStore:
                 return
             self._fast = (*fast[:4], key)
             self._pending.setdefault(key, []).append(time.monotonic() + lease)
+
+    def enter(self) -> None:
+        """A call on the general path is under way (the fast path waits its turn)."""
+        with self._lock:
             self._live += 1
+
+    def leave(self) -> None:
+        """That call ended."""
+        with self._lock:
+            self._live -= 1
 
     def add_incident(self, incident: Incident) -> None:
         with self._lock:

@@ -2,7 +2,8 @@
 
 Each trial is one side-effecting call raced by several workers (threads, asyncio tasks or
 processes) over one shared store.  The tool writes its effect, then outlives the guard's
-timeout, so every worker faces "it timed out: did it land?" and may retry as a model would.
+timeout (and finally fails), so every worker faces "it timed out: did it land?" and may
+retry as a model would.
 Effects are counted in files (one per trial), outside any store, so the count is what
 actually happened whatever the store believed.  A trial is *duplicated* when its action ran
 more than once.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolfault import Backoff, Guard, Limits, Store
+from toolfault import Backoff, Guard, Limits, MemoryStore, Store
 
 FAST = Backoff(attempts=3, initial=0.001, maximum=0.01, jitter=0.0)
 TOOL_TIMEOUT = 0.02
@@ -65,7 +66,9 @@ def make_guard(store: Store, folder: Path, *, postcondition: bool, task: str = "
         finally:
             os.close(fd)
         time.sleep(TOOL_RUNS)
-        return "sent"
+        # Never a success: a success would make an identical call a new action, and the
+        # count of effects could no longer tell a duplicate from a second, legitimate one.
+        raise ConnectionError("the connection dropped after the request was sent")
 
     return guard
 
@@ -164,4 +167,169 @@ def process_trials(setting: str, make_store: Callable[[], Store], folder: Path, 
     codes = [p.exitcode for p in procs]
     if codes != [0] * workers:
         raise RuntimeError(f"a race worker failed: exit codes {codes}")
+    return tally(setting, folder, names)
+
+
+def gather_trials(setting: str, folder: Path, *, workers: int, trials: int,
+                  postcondition: bool, lanes: int = 10) -> Tally:
+    """Each trial: ``workers`` identical ``acall``s of a sync tool in one ``asyncio.gather``,
+    then the same again once the first answers are in (a model retrying)."""
+    import asyncio
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    guard = make_guard(MemoryStore(), folder, postcondition=postcondition)
+
+    async def trial(name: str) -> None:
+        scoped = guard.scoped(name)
+        args = {"trial": name, "amount": 120}
+        for _ in range(2):
+            await asyncio.gather(*(scoped.acall("send_invoice", args) for _ in range(workers)))
+            await asyncio.sleep(TOOL_RUNS / 2)
+
+    async def main() -> None:
+        for start in range(0, trials, lanes):
+            await asyncio.gather(*(trial(n) for n in names[start:start + lanes]))
+
+    asyncio.run(main())
+    time.sleep(TOOL_RUNS * 2)
+    guard.close()
+    return tally(setting, folder, names)
+
+
+def cancel_trials(setting: str, folder: Path, *, trials: int, postcondition: bool,
+                  lanes: int = 10) -> Tally:
+    """Each trial: ``acall`` of a slow sync side effect, cancelled once the effect started,
+    then retried at once and again later (as an agent framework that gave up would)."""
+    import asyncio
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+
+    def landed(args: dict[str, Any]) -> bool:
+        return effects_in(folder, str(args["trial"])) > 0
+
+    @guard.tool(side_effect=True, postcondition=landed if postcondition else None)
+    def send_invoice(trial: str, amount: int) -> str:
+        with (folder / trial).open("a") as f:
+            f.write("x")
+        time.sleep(TOOL_RUNS)
+        return "sent"
+
+    async def trial(name: str) -> None:
+        scoped = guard.scoped(name)
+        args = {"trial": name, "amount": 120}
+        task = asyncio.ensure_future(scoped.acall("send_invoice", args))
+        while effects_in(folder, name) == 0 and not task.done():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await scoped.acall("send_invoice", args)
+        await asyncio.sleep(TOOL_RUNS * 2)
+        await scoped.acall("send_invoice", args)
+
+    async def main() -> None:
+        for start in range(0, trials, lanes):
+            await asyncio.gather(*(trial(n) for n in names[start:start + lanes]))
+
+    asyncio.run(main())
+    time.sleep(TOOL_RUNS * 2)
+    guard.close()
+    return tally(setting, folder, names)
+
+
+def cap_gather_trials(setting: str, *, calls: int, trials: int, limit: int = 2) -> Tally:
+    """Each trial: ``calls`` identical failing ``acall``s in one ``gather`` with retry limit
+    ``limit``; a trial is counted when more than ``limit`` of them were dispatched."""
+    import asyncio
+
+    guard = Guard(limits=Limits(retry_limit=limit, backoff=FAST), scan_env_secrets=False)
+    runs: dict[str, int] = {}
+    lock = threading.Lock()
+
+    @guard.tool
+    def charge(card: str) -> str:
+        with lock:
+            runs[card] = runs.get(card, 0) + 1
+        time.sleep(0.005)
+        raise ValueError("card must be a valid card number")
+
+    names = [f"card-{i}" for i in range(trials)]
+
+    async def main() -> None:
+        for name in names:
+            await asyncio.gather(*(guard.acall("charge", {"card": name}) for _ in range(calls)))
+
+    asyncio.run(main())
+    guard.close()
+    over = [runs.get(n, 0) for n in names]
+    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0))
+
+
+def cap_thread_trials(setting: str, *, threads: int, trials: int, limit: int = 2) -> Tally:
+    """Each trial: ``threads`` threads make one identical failing call each (sync ``call``)."""
+    guard = Guard(limits=Limits(retry_limit=limit, backoff=FAST), scan_env_secrets=False)
+    runs: dict[str, int] = {}
+    lock = threading.Lock()
+
+    @guard.tool
+    def charge(card: str) -> str:
+        with lock:
+            runs[card] = runs.get(card, 0) + 1
+        time.sleep(0.001)
+        raise ValueError("card must be a valid card number")
+
+    names = [f"card-{i}" for i in range(trials)]
+    barrier = threading.Barrier(threads)
+
+    def one() -> None:
+        for name in names:
+            barrier.wait()
+            guard.call("charge", {"card": name})
+
+    pool = [threading.Thread(target=one) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    guard.close()
+    over = [runs.get(n, 0) for n in names]
+    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0))
+
+
+def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], None],
+                  up: Callable[[], None], trials: int, lanes: int = 20) -> Tally:
+    """Rounds of ``lanes`` trials: with Redis down, worker A's call lands and times out
+    (fail-open, recorded locally); Redis comes back; A retries, then worker B does."""
+    from toolfault.stores import RedisStore
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    prefix = f"race{uuid.uuid4().hex[:8]}"
+
+    def guard_for() -> Guard:
+        guard = make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
+                           postcondition=True)
+        guard._store._retry_after = 0.05  # try the primary again soon after an outage
+        return guard
+
+    for start in range(0, trials, lanes):
+        batch = names[start:start + lanes]
+        pairs = [(guard_for(), guard_for()) for _ in batch]
+        down()
+        threads = [threading.Thread(target=worker_calls, args=(a, n, 1))
+                   for (a, _), n in zip(pairs, batch, strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        up()
+        time.sleep(TOOL_RUNS * 2)
+        for (a, b), n in zip(pairs, batch, strict=True):
+            worker_calls(a, n, 1)
+            worker_calls(b, n, 1)
+        for a, b in pairs:
+            a.close()
+            b.close()
     return tally(setting, folder, names)

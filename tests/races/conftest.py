@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+import hypothesis  # noqa: F401 - loaded up front: its plugin imports it at the very end,
+import pytest  # where CPython 3.11 can fail to compile after many asyncio.run() calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stores"))
 
