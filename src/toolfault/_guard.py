@@ -309,7 +309,8 @@ class Guard(EffectsMixin, BudgetMixin):
     def call(self, name: str, args: Any = None, *, call_id: str | None = None) -> ToolResult:
         """Run one tool call (dict or raw JSON string arguments); never raises."""
         spec = self._tools.get(name) if type(name) is str else None
-        if spec is not None and spec.plain and type(args) is dict and self._fast_ready():
+        if spec is not None and spec.plain and type(args) is dict and \
+                (call_id is None or type(call_id) is str) and self._fast_ready():
             primary: MemoryStore = self._store.primary  # type: ignore[assignment]
             if primary.fast_enter(self.task_id, self._turn, spec.name, args):
                 try:
