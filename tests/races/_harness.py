@@ -36,10 +36,12 @@ class Tally:
     trials: int
     duplicated: int
     max_effects: int
+    what: str = "duplicated"  # "over the cap" for the retry-cap settings
 
     def line(self) -> str:
-        return (f"{self.setting}: {self.duplicated}/{self.trials} trials duplicated "
-                f"(max {self.max_effects} effects in one trial)")
+        unit = "effects" if self.what == "duplicated" else "dispatches"
+        return (f"{self.setting}: {self.duplicated}/{self.trials} trials {self.what} "
+                f"(max {self.max_effects} {unit} in one trial)")
 
 
 def effects_in(folder: Path, trial: str) -> int:
@@ -198,8 +200,9 @@ def gather_trials(setting: str, folder: Path, *, workers: int, trials: int,
 
 def cancel_trials(setting: str, folder: Path, *, trials: int, postcondition: bool,
                   lanes: int = 10) -> Tally:
-    """Each trial: ``acall`` of a slow sync side effect, cancelled once the effect started,
-    then retried at once and again later (as an agent framework that gave up would)."""
+    """Each trial: ``acall`` of a slow sync side effect, cancelled once the tool started (its
+    effect lands later), then retried at once and again once it ended (as an agent framework
+    that gave up would)."""
     import asyncio
 
     names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
@@ -210,16 +213,17 @@ def cancel_trials(setting: str, folder: Path, *, trials: int, postcondition: boo
 
     @guard.tool(side_effect=True, postcondition=landed if postcondition else None)
     def send_invoice(trial: str, amount: int) -> str:
+        (folder / f"{trial}.started").touch()
+        time.sleep(TOOL_RUNS)  # the effect lands at the end, after the caller gave up
         with (folder / trial).open("a") as f:
             f.write("x")
-        time.sleep(TOOL_RUNS)
         return "sent"
 
     async def trial(name: str) -> None:
         scoped = guard.scoped(name)
         args = {"trial": name, "amount": 120}
         task = asyncio.ensure_future(scoped.acall("send_invoice", args))
-        while effects_in(folder, name) == 0 and not task.done():
+        while not (folder / f"{name}.started").exists() and not task.done():
             await asyncio.sleep(0.001)
         task.cancel()
         try:
@@ -265,7 +269,8 @@ def cap_gather_trials(setting: str, *, calls: int, trials: int, limit: int = 2) 
     asyncio.run(main())
     guard.close()
     over = [runs.get(n, 0) for n in names]
-    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0))
+    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0),
+                 "over the cap")
 
 
 def cap_thread_trials(setting: str, *, threads: int, trials: int, limit: int = 2) -> Tally:
@@ -296,7 +301,8 @@ def cap_thread_trials(setting: str, *, threads: int, trials: int, limit: int = 2
         t.join()
     guard.close()
     over = [runs.get(n, 0) for n in names]
-    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0))
+    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0),
+                 "over the cap")
 
 
 def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], None],

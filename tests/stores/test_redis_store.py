@@ -316,3 +316,38 @@ def test_prefix_must_not_carry_a_hash_tag() -> None:
 
     with pytest.raises(ConfigurationError):
         RedisStore(prefix="{shared}")
+
+
+def test_outage_ledger_is_written_back_before_the_key_is_dispatched_again(
+        redis_server: RedisServer) -> None:
+    """Fail-open: a side effect recorded locally during an outage reaches Redis on recovery,
+    before this worker or another dispatches the same call again."""
+    def worker() -> Guard:
+        guard = Guard(store=RedisStore(redis_server.url, socket_timeout=0.2), task_id="t1",
+                      state_failure="open", scan_env_secrets=False)
+        guard._store._retry_after = 0.0  # try Redis again at the next call
+
+        @guard.tool(side_effect=True)
+        def refund(order: str) -> str:
+            runs.append(order)
+            raise TimeoutError("payment gateway timed out")  # after the refund went out
+
+        return guard
+
+    runs: list[str] = []
+    a, b = worker(), worker()
+    redis_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        first = a.call("refund", {"order": "A-1"})
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+    assert a.degraded and first.outcome is Outcome.UNKNOWN
+    again = a.call("refund", {"order": "A-1"})
+    assert not a.degraded
+    assert again.code == "effect_unknown" and again.attempts == 0
+    from_b = b.call("refund", {"order": "A-1"})
+    assert from_b.code == "effect_unknown" and from_b.attempts == 0
+    assert runs == ["A-1"]
+    assert [e.call_id for e in b.ledger] == [first.call_id]
+    a.close()
+    b.close()
