@@ -529,3 +529,28 @@ def test_pending_effects_are_looked_up_by_key_not_scanned() -> None:
     assert again.code == "already_applied" and again.attempts == 0
     assert len(airline.bookings) == 20
     assert store.scans == 0
+
+
+async def test_a_replayed_call_id_is_answered_from_the_ledger() -> None:
+    """The same call id again (a resumed agent replaying its history) returns the recorded
+    answer without a dispatch; a failure replayed is verified, never blindly repeated."""
+    airline = Airline()
+    guard = guarded(airline)
+    first = guard.call("book_flight", ARGS, call_id="call_abc")
+    assert first.ok and airline.bookings == ["UA1/Ada"]
+    replay = await guard.acall("book_flight", ARGS, call_id="call_abc")
+    assert replay.ok and replay.attempts == 0 and replay.text == first.text
+    assert replay.data == first.data
+    assert airline.bookings == ["UA1/Ada"]
+    (entry,) = guard.ledger
+    assert entry.told == "ok" and entry.told_text == first.text
+    other = guard.call("book_flight", {**ARGS, "passenger": "Grace"}, call_id="call_abc")
+    assert other.ok and len(airline.bookings) == 2  # same id, other arguments: not a replay
+
+    slow = Airline(delay=0.2, fail_check=True)
+    unsure = guarded(slow)
+    told = unsure.call("book_flight", ARGS, call_id="call_x")
+    assert told.code == "effect_unknown"
+    time.sleep(0.3)
+    again = unsure.call("book_flight", ARGS, call_id="call_x")
+    assert not again.ok and again.attempts == 0 and len(slow.bookings) == 1

@@ -64,6 +64,7 @@ class _Call:
     attempts: int = 0
     dispatched: bool = False
     entered: bool = False
+    replayable: bool = False
     span: Any = None
     shadow: dict[str, Any] = field(default_factory=dict)
 

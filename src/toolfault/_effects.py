@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -83,6 +84,9 @@ class EffectsMixin:
             if pending is not None and self._check_sync(call, pending) is Outcome.APPLIED:
                 return self._applied_meanwhile(call, pending, early)
             return early
+        early = self._replayed(call)
+        if early is not None:
+            return early
         for _ in range(3):
             try:
                 pending = self._pending_effect(call)
@@ -108,6 +112,9 @@ class EffectsMixin:
             if pending is not None and await self._check_async(call, pending) is Outcome.APPLIED:
                 return self._applied_meanwhile(call, pending, early)
             return early
+        early = self._replayed(call)
+        if early is not None:
+            return early
         for _ in range(3):
             try:
                 pending = self._pending_effect(call)
@@ -125,6 +132,31 @@ class EffectsMixin:
             return self._unverified(call)
         self._record_dispatch(call)
         return None
+
+    def _replayed(self, call: _Call) -> ToolResult | None:
+        """A call id that already succeeded (an agent resumed and replayed its history) gets
+        the answer it was given, and is not dispatched again."""
+        if not call.replayable:
+            return None
+        try:
+            entry = self._store.ledger_call(self.task_id, call.call_id)
+        except StateUnavailableError:
+            return None
+        if entry is None or entry.told != "ok" or entry.idempotency_key != call.idem:
+            return None  # not this call, or not a success: the ledger checks below decide
+        self._refund(call)
+        if entry.told_text is None:  # too large to keep: say it happened, not what it said
+            return self._fail(call, from_entry(
+                self.catalog.get("already_applied"),
+                f"this {call.name} call already ran and succeeded", outcome=Outcome.APPLIED),
+                count=False)
+        try:
+            data = json.loads(entry.told_text)
+        except ValueError:
+            data = entry.told_text
+        assert call.spec is not None
+        return ToolResult(call.spec.name, True, entry.told_text, data, 0, call.call_id, None,
+                          call.fp)
 
     def _peek(self, call: _Call) -> LedgerEntry | None:
         """Someone else holds the key: what it left, to be read (never written) by us."""

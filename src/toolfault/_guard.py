@@ -892,12 +892,12 @@ class Guard(EffectsMixin, BudgetMixin):
             adm = call.admission
             if adm is not None and adm.failures:
                 self._safe_store(self._store.clear_failures, call.key)
+            text, data = self._success_text(done.value)
             if call.entry is not None:
                 call.entry = replace(call.entry, effect=Outcome.APPLIED, told="ok",
                                      told_effect=Outcome.APPLIED, confirmed_by="return",
-                                     attempts=call.attempts)
+                                     attempts=call.attempts, told_text=_told(text))
                 self._put_ledger(call.entry)
-            text, data = self._success_text(done.value)
             return ToolResult(spec.name, True, text, data, call.attempts, call.call_id, None,
                               call.fp or self._lazy_fingerprint(call))
         failure = done
@@ -914,7 +914,7 @@ class Guard(EffectsMixin, BudgetMixin):
                 effect = Outcome.UNKNOWN
             call.entry = replace(call.entry, effect=effect, told=result.code,
                                  told_effect=result.outcome, confirmed_by=confirmed,
-                                 attempts=call.attempts)
+                                 attempts=call.attempts, told_text=_told(result.text))
             self._put_ledger(call.entry)
         return result
 
@@ -1207,6 +1207,14 @@ class Guard(EffectsMixin, BudgetMixin):
 _POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
 
 
+_MAX_TOLD_TEXT = 100_000
+
+
+def _told(text: str) -> str | None:
+    """The text kept in the ledger for a replay (none when too large to keep)."""
+    return text if len(text) <= _MAX_TOLD_TEXT else None
+
+
 def _running(call: _Call) -> bool:
     """Whether the call's timed-out attempt still runs."""
     return call.orphan is not None and not call.orphan.done()
@@ -1225,6 +1233,7 @@ def _name_call(call: _Call, name: Any, call_id: Any) -> None:
     """Set the call's name and id, inside the caller's ``try``: odd objects may raise."""
     call.name = name if type(name) is str else str(name)
     call.call_id = str(call_id) if call_id else _new_call_id()
+    call.replayable = bool(call_id)
 
 
 class _LazyFingerprint:

@@ -54,7 +54,8 @@ class LedgerEntry:
     ``told`` is the response channel (what the model was told: ``ok`` or an error code);
     ``effect`` is the effect channel (what happened, as confirmed by the tool's return or a
     postcondition).  ``told`` is ``None`` while the call is in flight, so an entry written
-    before a crash still says "dispatched, effect unknown".
+    before a crash still says "dispatched, effect unknown".  ``told_text`` is the text the
+    model was given, so a replayed call id gets the same answer without a second dispatch.
     """
 
     call_id: str
@@ -69,6 +70,7 @@ class LedgerEntry:
     confirmed_by: str | None = None
     attempts: int = 0
     at: float = field(default_factory=time.time)
+    told_text: str | None = None
 
     @property
     def in_flight(self) -> bool:

@@ -105,6 +105,10 @@ class Store(Protocol):
         """The latest entry written for an idempotency key (one indexed read, not a scan)."""
         ...
 
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        """The entry of one call id (a replayed call finds what it was told)."""
+        ...
+
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         """Compare-and-set: replace the entry with ``entry``'s ``call_id`` only while it still
         equals ``expected``; False (nothing written) when someone changed it meanwhile."""
@@ -235,6 +239,10 @@ class MemoryStore:
         with self._lock:
             call_id = self._by_key.get((task, idempotency_key))
             return None if call_id is None else self._ledger[task].get(call_id)
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        with self._lock:
+            return self._ledger.get(task, {}).get(call_id)
 
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         with self._lock:
@@ -478,6 +486,13 @@ class DegradingStore:
         if local is not None:  # recorded during an outage, not yet moved over
             return local
         entry: LedgerEntry | None = self._run("ledger_entry", task, idempotency_key)
+        return entry
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        local = self.fallback.ledger_call(task, call_id)
+        if local is not None:
+            return local
+        entry: LedgerEntry | None = self._run("ledger_call", task, call_id)
         return entry
 
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:

@@ -351,3 +351,30 @@ def test_outage_ledger_is_written_back_before_the_key_is_dispatched_again(
     assert [e.call_id for e in b.ledger] == [first.call_id]
     a.close()
     b.close()
+
+
+def test_a_replayed_call_id_gets_its_answer_without_a_second_dispatch(
+        redis_url: str, prefix: str, tmp_path: Path) -> None:
+    """A worker killed after its side effect succeeded: the resumed agent replays the same call
+    id and gets the recorded answer; the tool does not run again."""
+    marker = tmp_path / "ran"
+    proc = spawn("effect_then_die", "redis", redis_url, prefix, str(marker))
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert marker.read_text() == "ran\n"
+
+    guard = Guard(store=RedisStore(redis_url, prefix=prefix), task_id="t1")
+    ran: list[str] = []
+
+    @guard.tool(side_effect=True)
+    def book_seat(seat: str) -> dict[str, str]:
+        ran.append(seat)
+        return {"booking": "BK-8", "seat": seat}
+
+    replay = guard.call("book_seat", {"seat": "12A"}, call_id="toolu_01")
+    assert replay.ok and replay.attempts == 0
+    assert replay.data == {"booking": "BK-7", "seat": "12A"}
+    assert ran == []
+    assert guard.call("book_seat", {"seat": "12A"}, call_id="toolu_02").ok  # a new action
+    assert ran == ["12A"]
+    guard.close()

@@ -265,6 +265,10 @@ class RedisStore:
                                    args=[idempotency_key])
         return None if value is None else LedgerEntry.from_dict(json.loads(_text(value)))
 
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        value = self.client.hget(self.key(task, "ledger"), call_id)
+        return None if value is None else LedgerEntry.from_dict(json.loads(_text(value)))
+
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         return bool(self._swap_ledger(keys=[self.key(entry.task, "ledger")],
                                       args=[entry.call_id, entry.to_json(), expected.to_json(),

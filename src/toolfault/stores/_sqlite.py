@@ -325,6 +325,12 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else LedgerEntry.from_dict(json.loads(row[0]))
 
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        row = self._connect().execute(
+            "SELECT data FROM ledger WHERE task = :task AND call_id = :call_id",
+            {"task": task, "call_id": call_id}).fetchone()
+        return None if row is None else LedgerEntry.from_dict(json.loads(row[0]))
+
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         with self._write() as db:
             cursor = db.execute(
