@@ -554,3 +554,37 @@ async def test_a_replayed_call_id_is_answered_from_the_ledger() -> None:
     time.sleep(0.3)
     again = unsure.call("book_flight", ARGS, call_id="call_x")
     assert not again.ok and again.attempts == 0 and len(slow.bookings) == 1
+
+
+class _EarlierProtocolStore:
+    """A store written to the earlier protocol: no ``limit``, no keyed ledger reads or swaps."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    def admit(self, key: Any, *, cost: float, max_calls: int | None,
+              max_spend: float | None, lease: float | None = None) -> Any:
+        return self.inner.admit(key, cost=cost, max_calls=max_calls, max_spend=max_spend,
+                                lease=lease)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("ledger_entry", "ledger_call", "swap_ledger"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_a_store_written_to_the_earlier_protocol_still_works() -> None:
+    """A custom store without the newer methods neither degrades the guard nor loses dedup."""
+    airline = Airline(delay=0.2)
+    guard = Guard(store=_EarlierProtocolStore(), limits=Limits(backoff=FAST),  # type: ignore[arg-type]
+                  scan_env_secrets=False)
+
+    @guard.tool(side_effect=True, timeout=0.05, postcondition=airline.landed)
+    def book_flight(flight: str, passenger: str) -> dict[str, str]:
+        return airline.book(flight, passenger)
+
+    assert guard.call("book_flight", ARGS).code == "already_applied"
+    time.sleep(0.3)
+    assert guard.call("book_flight", ARGS).code == "already_applied"
+    assert airline.bookings == ["UA1/Ada"]
+    assert not guard.degraded

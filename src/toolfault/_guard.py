@@ -311,8 +311,9 @@ class Guard(EffectsMixin, BudgetMixin):
         spec = self._tools.get(name) if type(name) is str else None
         if spec is not None and spec.plain and type(args) is dict and \
                 (call_id is None or type(call_id) is str) and self._fast_ready():
-            primary: MemoryStore = self._store.primary  # type: ignore[assignment]
-            if primary.fast_enter(self.task_id, self._turn, spec.name, args):
+            primary = self._store.primary
+            if isinstance(primary, MemoryStore) and \
+                    primary.fast_enter(self.task_id, self._turn, spec.name, args):
                 try:
                     fast = self._fast_call(spec, args, call_id)
                 finally:

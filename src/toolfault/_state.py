@@ -8,6 +8,7 @@ the call against the turn and charges the task's spend.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import defaultdict
@@ -355,6 +356,10 @@ class DegradingStore:
         self._on_degrade = on_degrade
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
+        # A store written to the earlier protocol: no in-flight limit, no keyed ledger reads.
+        self._admit_limit = _accepts(primary.admit, "limit")
+        self._keyed = all(callable(getattr(primary, name, None))
+                          for name in ("ledger_entry", "ledger_call", "swap_ledger"))
 
     @property
     def degraded(self) -> bool:
@@ -442,6 +447,9 @@ class DegradingStore:
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
         lease: float | None = None, limit: int | None = None,
     ) -> Admission:
+        if not self._admit_limit:
+            return self._admit_without_limit(key, cost=cost, max_calls=max_calls,
+                                             max_spend=max_spend, lease=lease)
         if self._down_since is None:  # the hot path: one direct call
             try:
                 return self.primary.admit(key, cost=cost, max_calls=max_calls,
@@ -452,6 +460,17 @@ class DegradingStore:
                                            max_spend=max_spend, lease=lease, limit=limit)
         result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
                                       max_spend=max_spend, lease=lease, limit=limit)
+        return result
+
+    def _admit_without_limit(self, key: CallKey, **kwargs: Any) -> Admission:
+        target = self._target()
+        try:
+            result: Admission = target.admit(key, **kwargs)
+        except Exception as exc:
+            if target is not self.primary:
+                raise
+            self._degrade(exc)
+            return self.fallback.admit(key, **kwargs)
         return result
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -485,6 +504,9 @@ class DegradingStore:
         local = self.fallback.ledger_entry(task, idempotency_key)
         if local is not None:  # recorded during an outage, not yet moved over
             return local
+        if not self._keyed:
+            found = [e for e in self.ledger(task) if e.idempotency_key == idempotency_key]
+            return found[-1] if found else None
         entry: LedgerEntry | None = self._run("ledger_entry", task, idempotency_key)
         return entry
 
@@ -492,12 +514,19 @@ class DegradingStore:
         local = self.fallback.ledger_call(task, call_id)
         if local is not None:
             return local
+        if not self._keyed:
+            return next((e for e in self.ledger(task) if e.call_id == call_id), None)
         entry: LedgerEntry | None = self._run("ledger_call", task, call_id)
         return entry
 
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         if self.fallback.has_entry(entry.task, entry.call_id):
             return self.fallback.swap_ledger(entry, expected)
+        if not self._keyed:  # best effort: read, compare, write
+            if self.ledger_call(entry.task, entry.call_id) != expected:
+                return False
+            self.put_ledger(entry)
+            return True
         swapped: bool = self._run("swap_ledger", entry, expected)
         return swapped
 
@@ -518,6 +547,14 @@ class DegradingStore:
 
     def close(self) -> None:
         self.primary.close()
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _quietly(op: Callable[..., Any], *args: Any) -> None:
