@@ -80,10 +80,12 @@ class EffectsMixin:
         """Claim the key, then (as its only holder) verify what an earlier attempt left."""
         early = self._claim(call)
         if early is not None:
+            return early
+        if not call.held:
             pending = self._peek(call)
             if pending is not None and self._check_sync(call, pending) is Outcome.APPLIED:
-                return self._applied_meanwhile(call, pending, early)
-            return early
+                return self._applied_meanwhile(call, pending)
+            return self._busy(call)
         early = self._replayed(call)
         if early is not None:
             return early
@@ -108,10 +110,12 @@ class EffectsMixin:
         """Async twin of :meth:`_claim_then_verify_sync`."""
         early = self._claim(call)
         if early is not None:
+            return early
+        if not call.held:
             pending = self._peek(call)
             if pending is not None and await self._check_async(call, pending) is Outcome.APPLIED:
-                return self._applied_meanwhile(call, pending, early)
-            return early
+                return self._applied_meanwhile(call, pending)
+            return self._busy(call)
         early = self._replayed(call)
         if early is not None:
             return early
@@ -167,11 +171,16 @@ class EffectsMixin:
         except StateUnavailableError:
             return None
 
-    def _applied_meanwhile(self, call: _Call, entry: LedgerEntry, busy: ToolResult
-                           ) -> ToolResult:
+    def _applied_meanwhile(self, call: _Call, entry: LedgerEntry) -> ToolResult:
         """"Landed" holds whoever asks; only the holder records it (the verdict is its)."""
         result = self._after_precheck(call, entry, Outcome.APPLIED)
-        return result if isinstance(result, ToolResult) else busy
+        return result if isinstance(result, ToolResult) else self._busy(call)
+
+    def _busy(self, call: _Call) -> ToolResult:
+        self._refund(call)
+        return self._fail(call, from_entry(
+            self.catalog.get("in_progress"),
+            f"an identical {call.name} call is still running"), count=False)
 
     def _unreachable(self, call: _Call) -> ToolResult:
         return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
@@ -263,7 +272,10 @@ class EffectsMixin:
             return False
 
     def _claim(self, call: _Call) -> ToolResult | None:
-        """Take the idempotency key atomically, before anything is read or checked."""
+        """Take the idempotency key atomically, before anything is read or checked.
+
+        Sets ``call.held``; a result only when the store cannot be reached.
+        """
         spec = call.spec
         assert spec is not None
         if call.idem is None:
@@ -273,11 +285,6 @@ class EffectsMixin:
             call.held = self._store.acquire(self.task_id, call.idem, ttl)
         except StateUnavailableError:
             return self._unreachable(call)
-        if not call.held:
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
         return None
 
     def _record_dispatch(self, call: _Call) -> None:
