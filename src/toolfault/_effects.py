@@ -5,6 +5,11 @@ fingerprint), a ledger entry written *before* dispatch (so a crash mid-call leav
 unknown" behind), and, whenever the outcome is uncertain, a postcondition check before the
 guard or the model may call it again.  The ledger keeps what the model was told (response
 channel) apart from what happened (effect channel); a mismatch is an incident.
+
+Claim, then verify: the key is taken atomically before the ledger is read or a check runs,
+only its holder writes a verdict (compare-and-set on the entry), and it stays held until
+the attempt's thread ends, even when the caller timed out or was cancelled.  Whatever
+races, the action runs once.
 """
 
 from __future__ import annotations
