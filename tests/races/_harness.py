@@ -44,6 +44,24 @@ class Tally:
                 f"(max {self.max_effects} {unit} in one trial)")
 
 
+@dataclass(frozen=True)
+class StoreMaker:
+    """Opens a handle on one shared store; picklable, so spawned workers can open their own."""
+
+    kind: str  # "sqlite" (target: a file) or "redis" (target: a URL)
+    target: str
+    prefix: str = "race"
+
+    def __call__(self) -> Store:
+        if self.kind == "sqlite":
+            from toolfault.stores import SQLiteStore
+
+            return SQLiteStore(self.target, busy_timeout=10.0)
+        from toolfault.stores import RedisStore
+
+        return RedisStore(self.target, prefix=self.prefix, socket_timeout=5.0)
+
+
 def effects_in(folder: Path, trial: str) -> int:
     """How many times the action of one trial ran."""
     path = folder / trial
@@ -130,14 +148,43 @@ def thread_trials(setting: str, make_store: Callable[[], Store], folder: Path, *
     return tally(setting, folder, names)
 
 
+class _Gate:
+    """A cross-process start line: each worker arrives, then all go together.
+
+    A counter in shared memory and a short poll, because ``multiprocessing.Barrier`` can
+    hang for good in ``notify_all`` once any waiter timed out.
+    """
+
+    def __init__(self, ctx: Any, workers: int) -> None:
+        self.count = ctx.Value("i", 0)
+        self.workers = workers
+
+    def wait(self, round_: int, timeout: float = 120.0) -> None:
+        with self.count.get_lock():
+            self.count.value += 1
+        goal = self.workers * (round_ + 1)
+        deadline = time.monotonic() + timeout
+        while self.count.value < goal:
+            if time.monotonic() > deadline:
+                raise RuntimeError("a race worker never reached the start line")
+            time.sleep(0.0005)
+
+
 def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[str],
-                    barriers: list[Any], postcondition: bool) -> None:
-    lanes = len(barriers)
+                    gates: list[_Gate], postcondition: bool) -> None:
+    lanes = len(gates)
+    failed: list[BaseException] = []
 
     def lane(k: int) -> None:
+        try:
+            run_lane(k)
+        except BaseException as exc:
+            failed.append(exc)
+
+    def run_lane(k: int) -> None:
         guard = make_guard(make_store(), folder, postcondition=postcondition)
-        for trial in names[k::lanes]:
-            barriers[k].wait(60)
+        for round_, trial in enumerate(names[k::lanes]):
+            gates[k].wait(round_)
             worker_calls(guard, trial)
         time.sleep(TOOL_RUNS * 2)
         if guard.last_degraded_error is not None:
@@ -149,23 +196,32 @@ def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[s
         t.start()
     for t in threads:
         t.join()
+    if failed:
+        raise failed[0]
 
 
 def process_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
                    workers: int, trials: int, postcondition: bool, lanes: int = 8) -> Tally:
-    """``trials`` trials, each raced by ``workers`` forked processes, ``lanes`` at a time."""
+    """``trials`` trials, each raced by ``workers`` spawned processes, ``lanes`` at a time.
+
+    Spawned, not forked: a fork of a threaded test process can inherit a held lock.
+    """
     import multiprocessing
 
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
-    barriers = [ctx.Barrier(workers) for _ in range(lanes)]
+    gates = [_Gate(ctx, workers) for _ in range(lanes)]
     procs = [ctx.Process(target=_process_worker,
-                         args=(make_store, folder, names, barriers, postcondition))
+                         args=(make_store, folder, names, gates, postcondition))
              for _ in range(workers)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(300)
+    for p in procs:
+        if p.is_alive():  # stuck: end it, and fail the setting below
+            p.kill()
+            p.join(10)
     codes = [p.exitcode for p in procs]
     if codes != [0] * workers:
         raise RuntimeError(f"a race worker failed: exit codes {codes}")

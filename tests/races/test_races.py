@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from _harness import (
+    StoreMaker,
     Tally,
     cancel_trials,
     cap_gather_trials,
@@ -27,23 +28,11 @@ TRIALS = 200
 
 
 def sqlite_maker(path: Path) -> Callable[[], Store]:
-    def make() -> Store:
-        from toolfault.stores import SQLiteStore
-
-        return SQLiteStore(path, busy_timeout=10.0)
-
-    return make
+    return StoreMaker("sqlite", str(path))
 
 
 def redis_maker(url: str) -> Callable[[], Store]:
-    prefix = f"race{uuid.uuid4().hex[:8]}"
-
-    def make() -> Store:
-        from toolfault.stores import RedisStore
-
-        return RedisStore(url, prefix=prefix, socket_timeout=5.0)
-
-    return make
+    return StoreMaker("redis", url, f"race{uuid.uuid4().hex[:8]}")
 
 
 def check(tally: Tally, record: Callable[[Tally], None]) -> None:
