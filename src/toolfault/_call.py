@@ -63,6 +63,8 @@ class _Call:
     entry: LedgerEntry | None = None
     attempts: int = 0
     dispatched: bool = False
+    entered: bool = False
+    replayable: bool = False
     span: Any = None
     shadow: dict[str, Any] = field(default_factory=dict)
 

@@ -5,6 +5,11 @@ fingerprint), a ledger entry written *before* dispatch (so a crash mid-call leav
 unknown" behind), and, whenever the outcome is uncertain, a postcondition check before the
 guard or the model may call it again.  The ledger keeps what the model was told (response
 channel) apart from what happened (effect channel); a mismatch is an incident.
+
+Claim, then verify: the key is taken atomically before the ledger is read or a check runs,
+only its holder writes a verdict (compare-and-set on the entry), and it stays held until
+the attempt's thread ends, even when the caller timed out or was cancelled.  Whatever
+races, the action runs once.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -48,7 +54,7 @@ class EffectsMixin:
         def _incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
             ...
 
-        def _pool(self) -> concurrent.futures.ThreadPoolExecutor: ...
+        def _pool(self, purpose: str = "checks") -> concurrent.futures.ThreadPoolExecutor: ...
 
     def _idempotency_key(self, call: _Call) -> str:
         spec = call.spec
@@ -61,17 +67,137 @@ class EffectsMixin:
         return f"{spec.name}:{call.fp}"
 
     def _pending_effect(self, call: _Call) -> LedgerEntry | None:
-        call.idem = self._idempotency_key(call)
+        """The key's latest entry, when its effect may stand in the way of a new dispatch.
+
+        One indexed read: under the claim, entries of a key are written one after another,
+        so the latest is the only one that can still be pending.
+        """
+        if call.idem is None:
+            call.idem = self._idempotency_key(call)
+        entry = self._store.ledger_entry(self.task_id, call.idem)
+        if entry is None or entry.effect is Outcome.NO_EFFECT:
+            return None
+        if entry.effect is Outcome.APPLIED and entry.told == "ok":
+            return None  # a confirmed success: a new identical call is a new action
+        return entry
+
+    def _claim_then_verify_sync(self, call: _Call) -> ToolResult | None:
+        """Claim the key, then (as its only holder) verify what an earlier attempt left."""
+        early = self._claim(call)
+        if early is not None:
+            return early
+        if not call.held:
+            pending = self._peek(call)
+            if pending is not None and self._check_sync(call, pending) is Outcome.APPLIED:
+                return self._applied_meanwhile(call, pending)
+            return self._busy(call)
+        early = self._replayed(call)
+        if early is not None:
+            return early
+        for _ in range(3):
+            try:
+                pending = self._pending_effect(call)
+            except StateUnavailableError:
+                return self._unreachable(call)
+            if pending is None:
+                break
+            verdict = self._after_precheck(call, pending, self._check_sync(call, pending))
+            if not isinstance(verdict, _Swapped):
+                if verdict is not None:
+                    return verdict
+                break
+        else:
+            return self._unverified(call)
+        self._record_dispatch(call)
+        return None
+
+    async def _claim_then_verify_async(self, call: _Call) -> ToolResult | None:
+        """Async twin of :meth:`_claim_then_verify_sync`."""
+        early = self._claim(call)
+        if early is not None:
+            return early
+        if not call.held:
+            pending = self._peek(call)
+            if pending is not None and await self._check_async(call, pending) is Outcome.APPLIED:
+                return self._applied_meanwhile(call, pending)
+            return self._busy(call)
+        early = self._replayed(call)
+        if early is not None:
+            return early
+        for _ in range(3):
+            try:
+                pending = self._pending_effect(call)
+            except StateUnavailableError:
+                return self._unreachable(call)
+            if pending is None:
+                break
+            verdict = self._after_precheck(call, pending,
+                                           await self._check_async(call, pending))
+            if not isinstance(verdict, _Swapped):
+                if verdict is not None:
+                    return verdict
+                break
+        else:
+            return self._unverified(call)
+        self._record_dispatch(call)
+        return None
+
+    def _replayed(self, call: _Call) -> ToolResult | None:
+        """A call id that already succeeded (an agent resumed and replayed its history) gets
+        the answer it was given, and is not dispatched again."""
+        if not call.replayable:
+            return None
         try:
-            entries = self._store.ledger(self.task_id)
+            entry = self._store.ledger_call(self.task_id, call.call_id)
         except StateUnavailableError:
             return None
-        for entry in reversed(entries):
-            if entry.idempotency_key == call.idem and entry.effect is not Outcome.NO_EFFECT:
-                if entry.effect is Outcome.APPLIED and entry.told == "ok":
-                    return None  # a confirmed success: a new identical call is a new action
-                return entry
-        return None
+        if entry is None or entry.told != "ok" or entry.idempotency_key != call.idem:
+            return None  # not this call, or not a success: the ledger checks below decide
+        self._refund(call)
+        if entry.told_text is None:  # too large to keep: say it happened, not what it said
+            return self._fail(call, from_entry(
+                self.catalog.get("already_applied"),
+                f"this {call.name} call already ran and succeeded", outcome=Outcome.APPLIED),
+                count=False)
+        try:
+            data = json.loads(entry.told_text)
+        except ValueError:
+            data = entry.told_text
+        assert call.spec is not None
+        return ToolResult(call.spec.name, True, entry.told_text, data, 0, call.call_id, None,
+                          call.fp)
+
+    def _peek(self, call: _Call) -> LedgerEntry | None:
+        """Someone else holds the key: what it left, to be read (never written) by us."""
+        if call.held or call.idem is None:
+            return None
+        try:
+            return self._pending_effect(call)
+        except StateUnavailableError:
+            return None
+
+    def _applied_meanwhile(self, call: _Call, entry: LedgerEntry) -> ToolResult:
+        """"Landed" holds whoever asks; only the holder records it (the verdict is its)."""
+        result = self._after_precheck(call, entry, Outcome.APPLIED)
+        return result if isinstance(result, ToolResult) else self._busy(call)
+
+    def _busy(self, call: _Call) -> ToolResult:
+        self._refund(call)
+        return self._fail(call, from_entry(
+            self.catalog.get("in_progress"),
+            f"an identical {call.name} call is still running"), count=False)
+
+    def _unreachable(self, call: _Call) -> ToolResult:
+        return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
+                                           "the agent's shared safety state is unreachable"),
+                          count=False)
+
+    def _unverified(self, call: _Call) -> ToolResult:
+        self._refund(call)
+        return self._fail(call, from_entry(
+            self.catalog.get("effect_unknown"),
+            f"an earlier identical {call.name} call may have taken effect and could not be "
+            "verified"))
 
     def _check_sync(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
         if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
@@ -88,7 +214,7 @@ class EffectsMixin:
         check, args = call.spec.postcondition, dict(call.kwargs or call.args)
         limit = _check_limit(call.spec.timeout)
         try:
-            future = self._pool().submit(check, args)
+            future = self._pool("checks").submit(_check_in_thread, check, args)
             value = future.result(timeout=limit)
             if inspect.isawaitable(value):
                 value = _run_coroutine(value, timeout=limit)
@@ -105,8 +231,8 @@ class EffectsMixin:
             if inspect.iscoroutinefunction(inspect.unwrap(check)):
                 value = await asyncio.wait_for(check(args), limit)
             else:
-                value = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-                    self._pool(), check, args), limit)
+                value = await asyncio.wait_for(asyncio.wrap_future(
+                    self._pool("checks").submit(_check_in_thread, check, args)), limit)
             if inspect.isawaitable(value):
                 value = await asyncio.wait_for(value, limit)
             return verdict_of(value)
@@ -115,10 +241,17 @@ class EffectsMixin:
             return None
 
     def _after_precheck(self, call: _Call, entry: LedgerEntry, verdict: Outcome | None
-                        ) -> ToolResult | None:
+                        ) -> ToolResult | _Swapped | None:
+        """Act on a verdict about a pending entry; only the key's holder gets here.
+
+        Every write is a compare-and-set on the entry as it was read: when it changed
+        meanwhile (a late answer landed), ``_SWAPPED_AWAY`` asks the caller to read again,
+        so a stale "not landed" never overwrites what another writer recorded.
+        """
         if verdict is Outcome.APPLIED:
-            self._put_ledger(replace(entry, effect=Outcome.APPLIED,
-                                     confirmed_by="postcondition"))
+            if call.held:
+                self._swap_ledger(replace(entry, effect=Outcome.APPLIED,
+                                          confirmed_by="postcondition"), entry)
             if entry.told not in (None, "ok") and entry.told_effect is not Outcome.APPLIED:
                 self._incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
                                f"model was told {entry.told} (effect "
@@ -129,41 +262,25 @@ class EffectsMixin:
                 self.catalog.get("already_applied"),
                 f"an earlier identical {call.name} call took effect, confirmed by a check",
                 outcome=Outcome.APPLIED), count=False)
-        if verdict is Outcome.NO_EFFECT and self._key_held(call):
-            # The earlier attempt is still running: "not landed yet" is not "did not land".
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
         if verdict is Outcome.NO_EFFECT:
-            self._put_ledger(replace(entry, effect=Outcome.NO_EFFECT,
-                                     confirmed_by="postcondition"))
+            # The key is ours, so no earlier attempt still runs: "not landed" is final.
+            if not self._swap_ledger(replace(entry, effect=Outcome.NO_EFFECT,
+                                             confirmed_by="postcondition"), entry):
+                return _SWAPPED_AWAY
             return None
-        if entry.in_flight and self._key_held(call):
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
-        self._refund(call)
-        return self._fail(call, from_entry(
-            self.catalog.get("effect_unknown"),
-            f"an earlier identical {call.name} call may have taken effect and could not be "
-            "verified"))
+        return self._unverified(call)
 
-    def _key_held(self, call: _Call) -> bool:
-        assert call.idem is not None
+    def _swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         try:
-            got = self._store.acquire(self.task_id, f"probe:{call.idem}", 0.001)
-            held = not self._store.acquire(self.task_id, call.idem, 0.001)
-            if not held:
-                self._store.release(self.task_id, call.idem)
-            if got:
-                self._store.release(self.task_id, f"probe:{call.idem}")
-            return held
+            return self._store.swap_ledger(entry, expected)
         except StateUnavailableError:
             return False
 
     def _claim(self, call: _Call) -> ToolResult | None:
+        """Take the idempotency key atomically, before anything is read or checked.
+
+        Sets ``call.held``; a result only when the store cannot be reached.
+        """
         spec = call.spec
         assert spec is not None
         if call.idem is None:
@@ -172,15 +289,7 @@ class EffectsMixin:
         try:
             call.held = self._store.acquire(self.task_id, call.idem, ttl)
         except StateUnavailableError:
-            return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
-                                               "the agent's shared safety state is unreachable"),
-                              count=False)
-        if not call.held:
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("in_progress"),
-                f"an identical {call.name} call is still running"), count=False)
-        self._record_dispatch(call)
+            return self._unreachable(call)
         return None
 
     def _record_dispatch(self, call: _Call) -> None:
@@ -202,6 +311,11 @@ class EffectsMixin:
             self._store.fallback.put_ledger(entry)
 
     def _release(self, call: _Call) -> None:
+        if call.entered:
+            call.entered = False
+            leave = getattr(self._store.primary, "leave", None)
+            if leave is not None:
+                leave()
         if call.reserved is not None:
             key, call.reserved = call.reserved, None
             try:
@@ -211,16 +325,15 @@ class EffectsMixin:
         if call.held and call.idem is not None:
             orphan = call.orphan
             if orphan is not None and not orphan.done():
-                # The timed-out attempt still runs: keep refusing duplicates until it stops,
-                # then record in the effect channel what its late answer says happened.
+                # The timed-out (or cancelled) attempt still runs: keep refusing duplicates
+                # until it stops, then record in the effect channel what its late answer
+                # says happened, before anyone else may claim the key.
                 task, idem, store, entry = self.task_id, call.idem, self._store, call.entry
 
                 def settled(done: concurrent.futures.Future[Any]) -> None:
                     if entry is not None and not done.cancelled() and done.exception() is None:
-                        latest = next((e for e in store.ledger(task)
-                                       if e.call_id == entry.call_id), entry)
-                        _quietly(store.put_ledger, replace(
-                            latest, effect=Outcome.APPLIED, confirmed_by="late return"))
+                        _quietly(store.swap_ledger, replace(
+                            entry, effect=Outcome.APPLIED, confirmed_by="late return"), entry)
                     _quietly(store.release, task, idem)
 
                 orphan.add_done_callback(lambda done: _quietly(settled, done))
@@ -232,13 +345,16 @@ class EffectsMixin:
             call.held = False
 
 
-    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call) -> Failure:
+    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call,
+                  running: bool = True) -> Failure:
         """Apply a postcondition's verdict to an uncertain failure.
 
-        "Not landed" is only believed once the timed-out attempt has stopped: while it still
-        runs, "not yet" is not "no", and the outcome stays unknown.
+        "Not landed" is only believed when the timed-out attempt had stopped before the check
+        began (``running`` is taken then): while it runs, "not yet" is not "no", and an
+        attempt that ends during the check may have landed after the check looked.
         """
-        if verdict is Outcome.NO_EFFECT and call.orphan is not None and not call.orphan.done():
+        if verdict is Outcome.NO_EFFECT and (running or (call.orphan is not None
+                                                         and not call.orphan.done())):
             verdict = None
         if verdict is Outcome.APPLIED:
             applied = from_entry(
@@ -262,9 +378,23 @@ class EffectsMixin:
         )
 
 
+class _Swapped:
+    """The entry changed while it was being verified: read it again."""
+
+
+_SWAPPED_AWAY = _Swapped()
+
+
 def _check_limit(timeout: float | None) -> float:
     """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
     return max(1.0, timeout) if timeout is not None else 10.0
+
+
+def _check_in_thread(check: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:
+    try:
+        return check(args)
+    except (StopIteration, StopAsyncIteration) as exc:  # cannot cross a future
+        raise RuntimeError(f"the check raised {type(exc).__name__}") from exc
 
 
 def _quietly(op: Callable[..., Any], *args: Any) -> None:

@@ -138,7 +138,8 @@ class Guard(EffectsMixin, BudgetMixin):
         self._cached_state: TurnState | None = None  # this scope's current turn, for speed
         self._cached_for: str | None = None
         self._cached_turn = -1
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # One bounded pool per purpose, so hung tools cannot starve timeouts or checks.
+        self._executors: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
         self._executor_lock = threading.Lock()
         self.last_degraded_error: str | None = None
 
@@ -250,7 +251,6 @@ class Guard(EffectsMixin, BudgetMixin):
 
         Scopes share resources with their parent: close the parent, not a scope.
         """
-        self._pool()
         forked = copy.copy(self)
         forked.task_id = task_id
         forked._turn = 0
@@ -287,8 +287,11 @@ class Guard(EffectsMixin, BudgetMixin):
         """Flush the trace and release the store and worker threads."""
         if self._sink is not None:
             self._sink.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._executor_lock:
+            pools = list(self._executors.values())
+            self._executors.clear()
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
         self._store.close()
 
     def _on_degrade(self, exc: BaseException) -> None:
@@ -316,12 +319,20 @@ class Guard(EffectsMixin, BudgetMixin):
     def call(self, name: str, args: Any = None, *, call_id: str | None = None) -> ToolResult:
         """Run one tool call (dict or raw JSON string arguments); never raises."""
         spec = self._tools.get(name) if type(name) is str else None
-        if spec is not None and spec.plain and type(args) is dict and self._fast_ready():
-            fast = self._fast_call(spec, args, call_id)
-            if fast is not None:
-                return fast
-        call = _Call(None, str(name), args, call_id or _new_call_id(), time.monotonic())
+        if spec is not None and spec.plain and type(args) is dict and \
+                (call_id is None or type(call_id) is str) and self._fast_ready():
+            primary = self._store.primary
+            if isinstance(primary, MemoryStore) and \
+                    primary.fast_enter(self.task_id, self._turn, spec.name, args):
+                try:
+                    fast = self._fast_call(spec, args, call_id)
+                finally:
+                    primary.fast_exit()
+                if fast is not None:
+                    return fast
+        call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
+            _name_call(call, name, call_id)
             early = self._prepare(call)
             if early is not None:
                 return self._emit(call, early)
@@ -331,7 +342,7 @@ class Guard(EffectsMixin, BudgetMixin):
                 raise
             return self._safe_emit(call, self._crash(call, exc))
         finally:
-            if call.held or call.reserved is not None:
+            if call.held or call.reserved is not None or call.entered:
                 self._release(call)
 
     def _fast_ready(self) -> bool:
@@ -451,8 +462,9 @@ class Guard(EffectsMixin, BudgetMixin):
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:
         """Async twin of :meth:`call`; sync tools run in a worker thread."""
-        call = _Call(None, str(name), args, call_id or _new_call_id(), time.monotonic())
+        call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
+            _name_call(call, name, call_id)
             early = await self._aprepare(call)
             if early is not None:
                 return self._emit(call, early)
@@ -543,13 +555,7 @@ class Guard(EffectsMixin, BudgetMixin):
         if self.mode != "enforce":
             self._record_dispatch(call)
             return None
-        pending = self._pending_effect(call)
-        if pending is not None:
-            verdict = self._check_sync(call, pending)
-            early = self._after_precheck(call, pending, verdict)
-            if early is not None:
-                return early
-        return self._claim(call)
+        return self._claim_then_verify_sync(call)
 
     async def _aprepare(self, call: _Call) -> ToolResult | None:
         early = self._prepare_until_effects(call)
@@ -558,13 +564,7 @@ class Guard(EffectsMixin, BudgetMixin):
         if self.mode != "enforce":
             self._record_dispatch(call)
             return None
-        pending = self._pending_effect(call)
-        if pending is not None:
-            verdict = await self._check_async(call, pending)
-            early = self._after_precheck(call, pending, verdict)
-            if early is not None:
-                return early
-        return self._claim(call)
+        return await self._claim_then_verify_async(call)
 
     def _prepare_until_effects(self, call: _Call) -> ToolResult | None:
         spec = self._tools.get(call.name)
@@ -586,24 +586,21 @@ class Guard(EffectsMixin, BudgetMixin):
             return self._fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
         call.args = args
         call.spec = spec
-        if spec.side_effect or not self._clean_turn_known or not _flat_simple(args) or \
-                self._store.degraded or \
-                self._store.primary.has_failures(self.task_id, self._turn):  # type: ignore[attr-defined]
-            problem = self._ensure_fp(call)
-            if problem is not None:
-                return self._fail_unscoped(call, "invalid_argument", problem)
+        # Every call is fingerprinted and reserved: identical calls in flight count toward
+        # the cap atomically, also before the first failure and for every kind of tool.
+        problem = self._ensure_fp(call)
+        if problem is not None:
+            return self._fail_unscoped(call, "invalid_argument", problem)
         call.key = CallKey(self.task_id, self._turn, call.fp)
-        if not call.fp and self.limits.max_calls_per_turn is None and \
-                self.limits.max_spend_per_task is None:
-            # A clean turn and no budgets: nothing the store could say would stop this call.
-            return self._validate(call, spec, args)
-        if self.limits.block_seconds is not None and call.fp:
+        lease = max(30.0, 4 * (spec.timeout or 30.0))
+        self._count_fast_call(call, spec, lease)
+        if self.limits.block_seconds is not None:
             self._lift_expired(call.key)
         try:
             call.admission = self._store.admit(
                 call.key, cost=spec.cost, max_calls=self.limits.max_calls_per_turn,
-                max_spend=self.limits.max_spend_per_task,
-                lease=max(30.0, 4 * (spec.timeout or 30.0)),
+                max_spend=self.limits.max_spend_per_task, lease=lease,
+                limit=self._in_flight_limit(spec),
             )
         except StateUnavailableError:
             return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
@@ -627,6 +624,37 @@ class Guard(EffectsMixin, BudgetMixin):
                     f"an identical {call.name} call is still running"), count=False)
             call.shadow["would_be_busy"] = True
         return self._validate(call, spec, args)
+
+    def _in_flight_limit(self, spec: ToolSpec) -> int:
+        """Identical calls allowed in flight before any failed: the smallest retry limit."""
+        limits = self.limits
+        if spec.retry_limit is not None:
+            return spec.retry_limit
+        if limits.retry_limit is not None:
+            return limits.retry_limit
+        return min((n for c, n in limits.retry_limits.items() if c is not FailureClass.BUDGET),
+                   default=2)
+
+    def _count_fast_call(self, call: _Call, spec: ToolSpec, lease: float) -> None:
+        """An identical call on the fast path runs unreserved: reserve it before admitting.
+
+        Entering first closes the gap: from then on no fast call starts, and one already
+        running is visible here.
+        """
+        primary = self._store.primary
+        if not isinstance(primary, MemoryStore):
+            return
+        primary.enter()
+        call.entered = True
+        fast = primary.fast_call(self.task_id, self._turn)
+        if fast is None or fast[0] != spec.name or call.key is None:
+            return
+        try:
+            same = fingerprint(spec.name, fast[1], spec.normalizers) == call.fp
+        except (ValueError, TypeError, RecursionError):
+            same = False
+        if same:
+            primary.reserve_fast(call.key, lease, fast[1])
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
         kwargs, problems = spec.validator.validate(args)
@@ -734,7 +762,7 @@ class Guard(EffectsMixin, BudgetMixin):
             if hasattr(value, "__await__"):  # an async tool behind a plain decorator
                 value = _run_coroutine(value)
             return value
-        future = self._pool().submit(spec.fn, **kwargs)
+        future = self._pool("tools").submit(_in_thread, spec.fn, kwargs)
         try:
             value = future.result(timeout=spec.timeout)
         except concurrent.futures.TimeoutError:
@@ -760,7 +788,8 @@ class Guard(EffectsMixin, BudgetMixin):
                 return await asyncio.wait_for(spec.fn(**kwargs), spec.timeout)
             except TimeoutError:
                 raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
-        future = self._pool().submit(spec.fn, **kwargs)
+        future = self._pool("tools" if spec.timeout is not None else "async").submit(
+            _in_thread, spec.fn, kwargs)
         try:
             value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
                                            spec.timeout)
@@ -768,18 +797,28 @@ class Guard(EffectsMixin, BudgetMixin):
             if not future.cancel():
                 call.orphan = future
             raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+        except asyncio.CancelledError:
+            # The caller gave up, the thread did not: the key stays held until it ends.
+            if not future.cancel():
+                call.orphan = future
+            raise
         if hasattr(value, "__await__"):
             value = await asyncio.wait_for(value, spec.timeout)
         return value
 
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._executor is None:
+    def _pool(self, purpose: str = "checks") -> concurrent.futures.ThreadPoolExecutor:
+        """The bounded worker pool of one purpose: ``tools`` (calls with ``timeout=``),
+        ``async`` (sync tools called from :meth:`acall`) or ``checks`` (postconditions)."""
+        pool = self._executors.get(purpose)
+        if pool is None:
             with self._executor_lock:
-                if self._executor is None:
-                    self._executor = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=16, thread_name_prefix="toolfault"
-                    )
-        return self._executor
+                pool = self._executors.get(purpose)
+                if pool is None:
+                    pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=_POOL_SIZES.get(purpose, 8),
+                        thread_name_prefix=f"toolfault-{purpose}")
+                    self._executors[purpose] = pool
+        return pool
 
     def _outcome_of(self, call: _Call, value: Any) -> Failure | None:
         """A returned error value as a failure, else ``None`` (the value is a result)."""
@@ -847,7 +886,9 @@ class Guard(EffectsMixin, BudgetMixin):
         failure = self._classify(call, exc)
         if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
                 and self.mode == "enforce":
-            failure = self._verified(failure, self._run_postcondition_sync(call), call)
+            running = _running(call)  # before the check: it may end while the check runs
+            failure = self._verified(failure, self._run_postcondition_sync(call), call,
+                                     running)
         if self._should_retry_failure(failure):
             raise _Retry(failure) from exc
         return failure
@@ -859,8 +900,9 @@ class Guard(EffectsMixin, BudgetMixin):
             failure = self._classify(call, exc)
             if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
                     and self.mode == "enforce":
+                running = _running(call)
                 failure = self._verified(failure, await self._run_postcondition_async(call),
-                                         call)
+                                         call, running)
             if self._should_retry_failure(failure):
                 raise _Retry(failure) from exc
             return failure
@@ -915,11 +957,12 @@ class Guard(EffectsMixin, BudgetMixin):
             adm = call.admission
             if adm is not None and adm.failures:
                 self._safe_store(self._store.clear_failures, call.key)
-            if call.entry is not None:
-                self._put_ledger(replace(call.entry, effect=Outcome.APPLIED, told="ok",
-                                         told_effect=Outcome.APPLIED, confirmed_by="return",
-                                         attempts=call.attempts))
             text, data = self._success_text(done.value)
+            if call.entry is not None:
+                call.entry = replace(call.entry, effect=Outcome.APPLIED, told="ok",
+                                     told_effect=Outcome.APPLIED, confirmed_by="return",
+                                     attempts=call.attempts, told_text=_told(text))
+                self._put_ledger(call.entry)
             limits = self.limits
             if self.mode == "enforce" and (limits.no_progress_cycle is not None
                                            or limits.success_lifts_blocks):
@@ -940,9 +983,10 @@ class Guard(EffectsMixin, BudgetMixin):
                 FailureClass.INTERNAL,
             ):
                 effect = Outcome.UNKNOWN
-            self._put_ledger(replace(call.entry, effect=effect, told=result.code,
-                                     told_effect=result.outcome, confirmed_by=confirmed,
-                                     attempts=call.attempts))
+            call.entry = replace(call.entry, effect=effect, told=result.code,
+                                 told_effect=result.outcome, confirmed_by=confirmed,
+                                 attempts=call.attempts, told_text=_told(result.text))
+            self._put_ledger(call.entry)
         return result
 
     def _success_text(self, value: Any) -> tuple[str, Any]:
@@ -1435,6 +1479,38 @@ class Guard(EffectsMixin, BudgetMixin):
                                     budget=budget)
         _trace.safe_notify(self._observers, event)
         return result
+
+
+_POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
+
+
+_MAX_TOLD_TEXT = 100_000
+
+
+def _told(text: str) -> str | None:
+    """The text kept in the ledger for a replay (none when too large to keep)."""
+    return text if len(text) <= _MAX_TOLD_TEXT else None
+
+
+def _running(call: _Call) -> bool:
+    """Whether the call's timed-out attempt still runs."""
+    return call.orphan is not None and not call.orphan.done()
+
+
+def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a tool in a worker thread; StopIteration cannot cross a future (it would hang
+    an awaiting ``acall``), so it comes back as an ordinary error."""
+    try:
+        return fn(**kwargs)
+    except (StopIteration, StopAsyncIteration) as exc:
+        raise RuntimeError(f"the tool raised {type(exc).__name__}") from exc
+
+
+def _name_call(call: _Call, name: Any, call_id: Any) -> None:
+    """Set the call's name and id, inside the caller's ``try``: odd objects may raise."""
+    call.name = name if type(name) is str else str(name)
+    call.call_id = str(call_id) if call_id else _new_call_id()
+    call.replayable = bool(call_id)
 
 
 class _LazyFingerprint:

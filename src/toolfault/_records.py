@@ -7,6 +7,7 @@ JSONL trace keep exactly the same shape.
 from __future__ import annotations
 
 import enum
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -58,7 +59,8 @@ class LedgerEntry:
     ``told`` is the response channel (what the model was told: ``ok`` or an error code);
     ``effect`` is the effect channel (what happened, as confirmed by the tool's return or a
     postcondition).  ``told`` is ``None`` while the call is in flight, so an entry written
-    before a crash still says "dispatched, effect unknown".
+    before a crash still says "dispatched, effect unknown".  ``told_text`` is the text the
+    model was given, so a replayed call id gets the same answer without a second dispatch.
     """
 
     call_id: str
@@ -73,6 +75,7 @@ class LedgerEntry:
     confirmed_by: str | None = None
     attempts: int = 0
     at: float = field(default_factory=time.time)
+    told_text: str | None = None
 
     @property
     def in_flight(self) -> bool:
@@ -95,6 +98,10 @@ class LedgerEntry:
         out["effect"] = self.effect.value
         out["told_effect"] = self.told_effect.value if self.told_effect else None
         return out
+
+    def to_json(self) -> str:
+        """The stored form; one spelling per entry, so stores can compare-and-set on it."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), default=str)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LedgerEntry:

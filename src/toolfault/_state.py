@@ -8,6 +8,7 @@ the call against the turn and charges the task's spend.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import defaultdict
@@ -58,12 +59,14 @@ class Store(Protocol):
 
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         """Read the failure record, count the call in the turn, charge the spend: atomically.
 
         With ``lease``, an admitted call reserves its attempt for at most ``lease`` seconds
-        (until :meth:`settle`), so concurrent identical calls cannot overrun the retry limit.
+        (until :meth:`settle`), so concurrent identical calls cannot overrun the retry limit:
+        failures plus reservations must stay under the recorded limit, or under ``limit``
+        before the fingerprint ever failed.
         """
         ...
 
@@ -99,6 +102,19 @@ class Store(Protocol):
         """Ledger entries for a task, oldest first."""
         ...
 
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        """The latest entry written for an idempotency key (one indexed read, not a scan)."""
+        ...
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        """The entry of one call id (a replayed call finds what it was told)."""
+        ...
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        """Compare-and-set: replace the entry with ``entry``'s ``call_id`` only while it still
+        equals ``expected``; False (nothing written) when someone changed it meanwhile."""
+        ...
+
     def add_incident(self, incident: Incident) -> None:
         """Record an incident."""
         ...
@@ -124,11 +140,16 @@ class MemoryStore:
         self._spend: dict[str, float] = defaultdict(float)
         self._held: dict[tuple[str, str], float] = {}
         self._ledger: dict[str, dict[str, LedgerEntry]] = defaultdict(dict)
+        self._by_key: dict[tuple[str, str], str] = {}
         self._incidents: dict[str, list[Incident]] = defaultdict(list)
+        # Calls between admission and release (plus the one unreserved fast call): the
+        # guard's fast path runs unreserved only while no other call is under way.
+        self._live = 0
+        self._fast: tuple[str, int, str, dict[str, Any], CallKey | None] | None = None
 
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         with self._lock:
             record = self._failures.get(key)
@@ -145,8 +166,10 @@ class MemoryStore:
             if lease is not None:
                 now = time.monotonic()
                 live = [t for t in self._pending.get(key, ()) if t > now]
-                if record is not None and record[0] + len(live) >= record[2]:
-                    return Admission(record[0], record[1], False, calls, spend, busy=True)
+                cap = record[2] if record is not None else limit
+                if cap is not None and (record[0] if record else 0) + len(live) >= cap:
+                    return Admission(record[0] if record else 0, record[1] if record else None,
+                                     False, calls, spend, busy=True)
                 live.append(now + lease)
             if max_spend is not None and spend + cost > max_spend + 1e-12:
                 return Admission(record[0] if record else 0, record[1] if record else None,
@@ -204,11 +227,93 @@ class MemoryStore:
 
     def put_ledger(self, entry: LedgerEntry) -> None:
         with self._lock:
-            self._ledger[entry.task][entry.call_id] = entry
+            entries = self._ledger[entry.task]
+            if entry.call_id not in entries and entry.idempotency_key is not None:
+                self._by_key[(entry.task, entry.idempotency_key)] = entry.call_id
+            entries[entry.call_id] = entry
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         with self._lock:
             return sorted(self._ledger.get(task, {}).values(), key=lambda e: e.at)
+
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        with self._lock:
+            call_id = self._by_key.get((task, idempotency_key))
+            return None if call_id is None else self._ledger[task].get(call_id)
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        with self._lock:
+            return self._ledger.get(task, {}).get(call_id)
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        with self._lock:
+            entries = self._ledger[entry.task]
+            if entries.get(entry.call_id) != expected:
+                return False
+            entries[entry.call_id] = entry
+            return True
+
+    def has_entry(self, task: str, call_id: str) -> bool:
+        """Whether this store holds the entry (a fallback: written during an outage)."""
+        with self._lock:
+            return call_id in self._ledger.get(task, {})
+
+    def drain(self) -> tuple[list[LedgerEntry], list[tuple[str, str, float]]]:
+        """Take out every ledger entry and every live idempotency key (task, token, seconds
+        left): what an outage left here, to be written into the shared store on recovery."""
+        now = time.monotonic()
+        with self._lock:
+            entries = [e for task in self._ledger.values() for e in task.values()]
+            held = [(task, token, expiry - now) for (task, token), expiry in self._held.items()
+                    if expiry > now]
+            self._ledger.clear()
+            self._by_key.clear()
+            self._held.clear()
+        return entries, held
+
+    # -- the guard's fast path: one unreserved call while nothing else is in flight -----
+    def fast_enter(self, task: str, turn: int, tool: str, args: dict[str, Any]) -> bool:
+        """Let one call run unreserved, only while no other call is in flight."""
+        with self._lock:
+            if self._live:
+                return False
+            self._live = 1
+            self._fast = (task, turn, tool, args, None)
+            return True
+
+    def fast_exit(self) -> None:
+        """The unreserved call ended (settling the reservation a racing call gave it)."""
+        with self._lock:
+            fast, self._fast = self._fast, None
+            self._live -= 1
+        if fast is not None and fast[4] is not None:
+            self.settle(fast[4])
+
+    def fast_call(self, task: str, turn: int) -> tuple[str, dict[str, Any]] | None:
+        """The unreserved call in flight in this turn, if any: (tool, arguments)."""
+        fast = self._fast
+        if fast is None or fast[0] != task or fast[1] != turn or fast[4] is not None:
+            return None
+        return fast[2], fast[3]
+
+    def reserve_fast(self, key: CallKey, lease: float, args: dict[str, Any]) -> None:
+        """Count the unreserved call (identical to the caller's) as in flight under ``key``."""
+        with self._lock:
+            fast = self._fast
+            if fast is None or fast[3] is not args or fast[4] is not None:
+                return
+            self._fast = (*fast[:4], key)
+            self._pending.setdefault(key, []).append(time.monotonic() + lease)
+
+    def enter(self) -> None:
+        """A call on the general path is under way (the fast path waits its turn)."""
+        with self._lock:
+            self._live += 1
+
+    def leave(self) -> None:
+        """That call ended."""
+        with self._lock:
+            self._live -= 1
 
     def add_incident(self, incident: Incident) -> None:
         with self._lock:
@@ -250,6 +355,11 @@ class DegradingStore:
         self._down_since: float | None = None
         self._on_degrade = on_degrade
         self._lock = threading.Lock()
+        self._recovering = threading.Lock()
+        # A store written to the earlier protocol: no in-flight limit, no keyed ledger reads.
+        self._admit_limit = _accepts(primary.admit, "limit")
+        self._keyed = all(callable(getattr(primary, name, None))
+                          for name in ("ledger_entry", "ledger_call", "swap_ledger"))
 
     @property
     def degraded(self) -> bool:
@@ -258,11 +368,48 @@ class DegradingStore:
 
     def _target(self) -> Store:
         down = self._down_since
-        if down is None or time.monotonic() - down >= self._retry_after:
+        if down is None:
+            return self.primary
+        if time.monotonic() - down >= self._retry_after and self._recover():
             return self.primary
         if self.policy == "closed":
             raise StateUnavailableError("the state store is unavailable")
         return self.fallback
+
+    def _recover(self) -> bool:
+        """Back from an outage: first write what was kept locally into the primary.
+
+        Ledger entries and live idempotency keys recorded in the fallback during the outage
+        go to the shared store before it serves anything else, so a pending effect recorded
+        only here is seen by every worker before any of them dispatches that key again.
+        False (still down, nothing lost) when the primary fails meanwhile.
+        """
+        with self._recovering:
+            if self._down_since is None:
+                return True
+            entries, held = self.fallback.drain()
+            try:
+                for task, token, left in held:
+                    self.primary.acquire(task, token, max(left, 0.001))
+                for entry in sorted(entries, key=lambda e: e.at):
+                    self.primary.put_ledger(entry)
+            except Exception:
+                for entry in entries:
+                    self.fallback.put_ledger(entry)
+                for task, token, left in held:
+                    self.fallback.acquire(task, token, left)
+                with self._lock:
+                    self._down_since = time.monotonic()
+                return False
+            with self._lock:
+                self._down_since = None
+            # Entries a racing thread wrote locally while this ran: moved over as well.
+            late, late_held = self.fallback.drain()
+            for task, token, left in late_held:
+                _quietly(self.primary.acquire, task, token, max(left, 0.001))
+            for entry in late:
+                _quietly(self.primary.put_ledger, entry)
+            return True
 
     def _degrade(self, exc: BaseException) -> None:
         """Mark the primary down (told once per outage); raise when failing closed."""
@@ -283,9 +430,6 @@ class DegradingStore:
                 raise
             self._degrade(exc)
             return getattr(self.fallback, op)(*args, **kwargs)
-        if target is self.primary and self._down_since is not None:
-            with self._lock:
-                self._down_since = None
         return result
 
     @property
@@ -301,18 +445,32 @@ class DegradingStore:
 
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
+        if not self._admit_limit:
+            return self._admit_without_limit(key, cost=cost, max_calls=max_calls,
+                                             max_spend=max_spend, lease=lease)
         if self._down_since is None:  # the hot path: one direct call
             try:
                 return self.primary.admit(key, cost=cost, max_calls=max_calls,
-                                          max_spend=max_spend, lease=lease)
+                                          max_spend=max_spend, lease=lease, limit=limit)
             except Exception as exc:
                 self._degrade(exc)
                 return self.fallback.admit(key, cost=cost, max_calls=max_calls,
-                                           max_spend=max_spend, lease=lease)
+                                           max_spend=max_spend, lease=lease, limit=limit)
         result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
-                                      max_spend=max_spend, lease=lease)
+                                      max_spend=max_spend, lease=lease, limit=limit)
+        return result
+
+    def _admit_without_limit(self, key: CallKey, **kwargs: Any) -> Admission:
+        target = self._target()
+        try:
+            result: Admission = target.admit(key, **kwargs)
+        except Exception as exc:
+            if target is not self.primary:
+                raise
+            self._degrade(exc)
+            return self.fallback.admit(key, **kwargs)
         return result
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -342,6 +500,36 @@ class DegradingStore:
         entries: list[LedgerEntry] = self._run("ledger", task)
         return entries
 
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        local = self.fallback.ledger_entry(task, idempotency_key)
+        if local is not None:  # recorded during an outage, not yet moved over
+            return local
+        if not self._keyed:
+            found = [e for e in self.ledger(task) if e.idempotency_key == idempotency_key]
+            return found[-1] if found else None
+        entry: LedgerEntry | None = self._run("ledger_entry", task, idempotency_key)
+        return entry
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        local = self.fallback.ledger_call(task, call_id)
+        if local is not None:
+            return local
+        if not self._keyed:
+            return next((e for e in self.ledger(task) if e.call_id == call_id), None)
+        entry: LedgerEntry | None = self._run("ledger_call", task, call_id)
+        return entry
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        if self.fallback.has_entry(entry.task, entry.call_id):
+            return self.fallback.swap_ledger(entry, expected)
+        if not self._keyed:  # best effort: read, compare, write
+            if self.ledger_call(entry.task, entry.call_id) != expected:
+                return False
+            self.put_ledger(entry)
+            return True
+        swapped: bool = self._run("swap_ledger", entry, expected)
+        return swapped
+
     def add_incident(self, incident: Incident) -> None:
         try:
             self._run("add_incident", incident)
@@ -359,3 +547,18 @@ class DegradingStore:
 
     def close(self) -> None:
         self.primary.close()
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _quietly(op: Callable[..., Any], *args: Any) -> None:
+    try:
+        op(*args)
+    except Exception:  # noqa: BLE001 - best effort; the next recovery or a TTL catches up
+        pass

@@ -76,3 +76,20 @@ def start_redis() -> RedisServer:
         proc.kill()
         proc.wait(timeout=10)
     pytest.fail("redis-server did not start")
+
+
+def start_redis_on(port: int) -> RedisServer:
+    """Start redis-server again on a port a stopped one used (a restart: empty state)."""
+    proc = subprocess.Popen(
+        [_redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _ready(port):
+            return RedisServer(proc, port)
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait(timeout=10)
+    pytest.fail(f"redis-server did not start again on port {port}")

@@ -106,6 +106,25 @@ def book_once(kind: str, target: str, prefix: str, seat: str) -> list[dict[str, 
     return [{"ok": r.ok, "code": r.code, "call_id": r.call_id}]
 
 
+def effect_then_die(kind: str, target: str, prefix: str, marker: str) -> list[dict[str, Any]]:
+    """Book with the model's call id, then die before the answer reaches the model."""
+    import os
+    import signal
+
+    guard = Guard(store=open_store(kind, target, prefix), task_id="t1")
+
+    @guard.tool(side_effect=True)
+    def book_seat(seat: str) -> dict[str, str]:
+        with Path(marker).open("a") as f:
+            f.write("ran\n")
+        return {"booking": "BK-7", "seat": seat}
+
+    result = guard.call("book_seat", {"seat": "12A"}, call_id="toolu_01")
+    assert result.ok, result.text
+    os.kill(os.getpid(), signal.SIGKILL)  # the crash: the model never saw this answer
+    return []
+
+
 def main() -> None:
     mode, kind, target, prefix = sys.argv[1:5]
     extra = sys.argv[5] if len(sys.argv) > 5 else ""
@@ -115,6 +134,8 @@ def main() -> None:
         result = side_effect(target, prefix, int(extra))
     elif mode == "book_once":
         result = book_once(kind, target, prefix, extra)
+    elif mode == "effect_then_die":
+        result = effect_then_die(kind, target, prefix, extra)
     elif mode == "hang":
         result = hang(kind, target, prefix, extra)
     else:

@@ -222,7 +222,8 @@ def test_every_key_has_a_ttl_and_one_slot(redis_url: str, prefix: str) -> None:
     for task in ("t1", "a{b}c", "x:y"):
         exercise(store, task)
     keys = sorted(client.scan_iter(match=f"{prefix}:*"))
-    assert len(keys) == 3 * 7  # fail, calls, spend, held, ledger, ledger order, incidents
+    # fail, calls, spend, held, ledger, ledger order, ledger by key, incidents
+    assert len(keys) == 3 * 8
     for k in keys:
         assert 0 < client.pttl(k) <= 600_000, k
     slots: dict[str, set[int]] = {}
@@ -317,3 +318,65 @@ def test_prefix_must_not_carry_a_hash_tag() -> None:
 
     with pytest.raises(ConfigurationError):
         RedisStore(prefix="{shared}")
+
+
+def test_outage_ledger_is_written_back_before_the_key_is_dispatched_again(
+        redis_server: RedisServer) -> None:
+    """Fail-open: a side effect recorded locally during an outage reaches Redis on recovery,
+    before this worker or another dispatches the same call again."""
+    def worker() -> Guard:
+        guard = Guard(store=RedisStore(redis_server.url, socket_timeout=0.2), task_id="t1",
+                      state_failure="open", scan_env_secrets=False)
+        guard._store._retry_after = 0.0  # try Redis again at the next call
+
+        @guard.tool(side_effect=True)
+        def refund(order: str) -> str:
+            runs.append(order)
+            raise TimeoutError("payment gateway timed out")  # after the refund went out
+
+        return guard
+
+    runs: list[str] = []
+    a, b = worker(), worker()
+    redis_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        first = a.call("refund", {"order": "A-1"})
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+    assert a.degraded and first.outcome is Outcome.UNKNOWN
+    again = a.call("refund", {"order": "A-1"})
+    assert not a.degraded
+    assert again.code == "effect_unknown" and again.attempts == 0
+    from_b = b.call("refund", {"order": "A-1"})
+    assert from_b.code == "effect_unknown" and from_b.attempts == 0
+    assert runs == ["A-1"]
+    assert [e.call_id for e in b.ledger] == [first.call_id]
+    a.close()
+    b.close()
+
+
+def test_a_replayed_call_id_gets_its_answer_without_a_second_dispatch(
+        redis_url: str, prefix: str, tmp_path: Path) -> None:
+    """A worker killed after its side effect succeeded: the resumed agent replays the same call
+    id and gets the recorded answer; the tool does not run again."""
+    marker = tmp_path / "ran"
+    proc = spawn("effect_then_die", "redis", redis_url, prefix, str(marker))
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert marker.read_text() == "ran\n"
+
+    guard = Guard(store=RedisStore(redis_url, prefix=prefix), task_id="t1")
+    ran: list[str] = []
+
+    @guard.tool(side_effect=True)
+    def book_seat(seat: str) -> dict[str, str]:
+        ran.append(seat)
+        return {"booking": "BK-8", "seat": seat}
+
+    replay = guard.call("book_seat", {"seat": "12A"}, call_id="toolu_01")
+    assert replay.ok and replay.attempts == 0
+    assert replay.data == {"booking": "BK-7", "seat": "12A"}
+    assert ran == []
+    assert guard.call("book_seat", {"seat": "12A"}, call_id="toolu_02").ok  # a new action
+    assert ran == ["12A"]
+    guard.close()

@@ -183,3 +183,29 @@ def test_a_deleted_state_file_degrades_instead_of_splitting_state(tmp_path: Path
     assert guard.call("ping", {}).ok
     assert guard.degraded
     assert IncidentKind.STATE_DEGRADED in [i.kind for i in guard.incidents]
+
+
+def test_a_replayed_call_id_gets_its_answer_without_a_second_dispatch(tmp_path: Path) -> None:
+    """A worker killed after its side effect succeeded: the resumed agent replays the same call
+    id and gets the recorded answer; the tool does not run again."""
+    db, marker = tmp_path / "state.db", tmp_path / "ran"
+    proc = subprocess.run([sys.executable, str(WORKER), "effect_then_die", "sqlite", str(db),
+                           "-", str(marker)], capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert marker.read_text() == "ran\n"
+
+    guard = Guard(store=SQLiteStore(db), task_id="t1")
+    ran: list[str] = []
+
+    @guard.tool(side_effect=True)
+    def book_seat(seat: str) -> dict[str, str]:
+        ran.append(seat)
+        return {"booking": "BK-8", "seat": seat}
+
+    replay = guard.call("book_seat", {"seat": "12A"}, call_id="toolu_01")
+    assert replay.ok and replay.attempts == 0
+    assert replay.data == {"booking": "BK-7", "seat": "12A"}
+    assert ran == []
+    assert guard.call("book_seat", {"seat": "12A"}, call_id="toolu_02").ok  # a new action
+    assert ran == ["12A"]
+    guard.close()

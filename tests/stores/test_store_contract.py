@@ -293,3 +293,62 @@ def test_first_calls_reserve_too(store: Store) -> None:
     assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).busy
     store.settle(K)
     assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).admitted
+
+
+def test_in_flight_limit_applies_before_any_failure(store: Store) -> None:
+    """With ``limit``, identical calls in flight are capped even before the first failure."""
+    first = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30, limit=2)
+    second = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30, limit=2)
+    third = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30, limit=2)
+    assert first.admitted and second.admitted
+    assert third.busy and not third.admitted
+    store.settle(K)
+    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30,
+                       limit=2).admitted
+
+
+def test_ledger_entry_is_the_latest_for_its_key(store: Store) -> None:
+    """Looking an entry up by idempotency key gives the latest written for that key."""
+    assert store.ledger_entry("task-a", "book:12A") is None
+    old = entry("c1", at=1.0, idempotency_key="book:12A")
+    new = entry("c2", at=2.0, idempotency_key="book:12A")
+    other = entry("c3", at=3.0, idempotency_key="book:14C")
+    for e in (old, new, other):
+        store.put_ledger(e)
+    store.put_ledger(entry("c1", at=1.0, idempotency_key="book:12A", told="ok"))
+    assert store.ledger_entry("task-a", "book:12A") == new
+    assert store.ledger_entry("task-a", "book:14C") == other
+    assert store.ledger_entry("task-b", "book:12A") is None
+
+
+def test_swap_ledger_is_compare_and_set(store: Store) -> None:
+    """A swap writes only over the entry it expects; a stale one changes nothing."""
+    first = entry("c1", at=1.0)
+    store.put_ledger(first)
+    landed = entry("c1", at=1.0, effect=Outcome.APPLIED, confirmed_by="late return")
+    assert store.swap_ledger(landed, first)
+    stale = entry("c1", at=1.0, effect=Outcome.NO_EFFECT, confirmed_by="postcondition")
+    assert not store.swap_ledger(stale, first)
+    assert store.ledger("task-a") == [landed]
+    assert not store.swap_ledger(entry("c9", at=1.0), entry("c9", at=1.0))
+    assert [e.call_id for e in store.ledger("task-a")] == ["c1"]
+
+
+def test_swap_ledger_races_have_one_winner(make_store: Callable[[], Store]) -> None:
+    """Threads swapping the same entry from the same expected value: exactly one wins."""
+    first = entry("c1", at=1.0)
+    make_store().put_ledger(first)
+    wins: list[bool] = []
+    barrier = threading.Barrier(6)
+
+    def swap(n: int) -> None:
+        store = make_store()
+        barrier.wait()
+        wins.append(store.swap_ledger(entry("c1", at=1.0, attempts=n + 1), first))
+
+    threads = [threading.Thread(target=swap, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False] * 5 + [True]

@@ -34,7 +34,7 @@ from toolfault._state import Admission, CallKey
 
 # KEYS: failure record, calls in turn, task spend, reservations (zset: token -> expiry ms).
 # ARGV: cost, max calls ('' = none), max spend ('' = none), ttl in ms, lease in ms ('' =
-# none), reservation token.
+# none), reservation token, in-flight limit before any failure ('' = none).
 # Mirrors MemoryStore.admit step for step: the turn ceiling first (nothing counted), then
 # the call is counted, then a blocked fingerprint (not charged), then a busy one, then the
 # spend ceiling; an admitted call with a lease then holds a reservation until settle().
@@ -57,7 +57,8 @@ if ARGV[5] ~= '' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  if rec[1] and failures + redis.call('ZCARD', KEYS[4]) >= tonumber(rec[3]) then
+  local cap = rec[1] and tonumber(rec[3]) or (ARGV[7] ~= '' and tonumber(ARGV[7]))
+  if cap and failures + redis.call('ZCARD', KEYS[4]) >= cap then
     return {failures, rec[2], 0, calls, spend, false, 1}
   end
   expires = now + tonumber(ARGV[5])
@@ -95,15 +96,35 @@ redis.call('SET', KEYS[1], string.format('%.17g', spend), 'PX', ARGV[2])
 return false
 """
 
-# KEYS: ledger hash (call_id -> json), ledger order (list of call_ids, first write order).
-# ARGV: call_id, json, ttl in ms.
+# KEYS: ledger hash (call_id -> json), ledger order (list of call_ids, first write order),
+# ledger index (idempotency key -> latest call_id).  ARGV: call_id, json, ttl in ms,
+# idempotency key ('' = none).
 _PUT_LEDGER = """
 if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[1])
+  if ARGV[4] ~= '' then
+    redis.call('HSET', KEYS[3], ARGV[4], ARGV[1])
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return false
+"""
+
+# KEYS: ledger hash, ledger index.  ARGV: idempotency key.  The latest entry's json.
+_LEDGER_ENTRY = """
+local id = redis.call('HGET', KEYS[2], ARGV[1])
+if not id then return false end
+return redis.call('HGET', KEYS[1], id)
+"""
+
+# KEYS: ledger hash.  ARGV: call_id, new json, expected json, ttl in ms.  1 when swapped.
+_SWAP_LEDGER = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
 """
 
 # KEYS: ledger hash, ledger order.  Returns the json values in first-write order.
@@ -174,6 +195,8 @@ class RedisStore:
         self._refund = client.register_script(_REFUND)
         self._put_ledger = client.register_script(_PUT_LEDGER)
         self._read_ledger = client.register_script(_READ_LEDGER)
+        self._ledger_entry = client.register_script(_LEDGER_ENTRY)
+        self._swap_ledger = client.register_script(_SWAP_LEDGER)
         self._add_incident = client.register_script(_ADD_INCIDENT)
 
     def key(self, task: str, *parts: object) -> str:
@@ -190,14 +213,15 @@ class RedisStore:
     # -- the hot path -----------------------------------------------------------------
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         reply = self._admit(
             keys=[self._failure_key(key), self.key(key.task, "calls", key.turn),
                   self.key(key.task, "spend"), self._pending_key(key)],
             args=[repr(float(cost)), "" if max_calls is None else str(int(max_calls)),
                   _opt(max_spend), self.ttl_ms,
-                  "" if lease is None else max(1, math.ceil(lease * 1000)), os.urandom(8).hex()],
+                  "" if lease is None else max(1, math.ceil(lease * 1000)), os.urandom(8).hex(),
+                  "" if limit is None else str(int(limit))],
         )
         failures, code, blocked, calls, spend, over, busy = reply
         return Admission(
@@ -229,10 +253,26 @@ class RedisStore:
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
-        data = json.dumps(entry.to_dict(), separators=(",", ":"), default=str)
         self._put_ledger(keys=[self.key(entry.task, "ledger"),
-                               self.key(entry.task, "ledger", "order")],
-                         args=[entry.call_id, data, self.ttl_ms])
+                               self.key(entry.task, "ledger", "order"),
+                               self.key(entry.task, "ledger", "bykey")],
+                         args=[entry.call_id, entry.to_json(), self.ttl_ms,
+                               entry.idempotency_key or ""])
+
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        value = self._ledger_entry(keys=[self.key(task, "ledger"),
+                                         self.key(task, "ledger", "bykey")],
+                                   args=[idempotency_key])
+        return None if value is None else LedgerEntry.from_dict(json.loads(_text(value)))
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        value = self.client.hget(self.key(task, "ledger"), call_id)
+        return None if value is None else LedgerEntry.from_dict(json.loads(_text(value)))
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        return bool(self._swap_ledger(keys=[self.key(entry.task, "ledger")],
+                                      args=[entry.call_id, entry.to_json(), expected.to_json(),
+                                            self.ttl_ms]))
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         values = self._read_ledger(keys=[self.key(task, "ledger"),

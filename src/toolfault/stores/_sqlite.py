@@ -60,12 +60,17 @@ CREATE TABLE IF NOT EXISTS incidents (
 CREATE INDEX IF NOT EXISTS incidents_by_task ON incidents (task, seq);
 """
 
+# Ledger entries are found by idempotency key through an index (the column is added to
+# files written by earlier versions).
+_LEDGER_KEY_INDEX = "CREATE INDEX IF NOT EXISTS ledger_by_key ON ledger (task, idem, seq);"
+
+# Every statement binds named parameters from a mapping (the only style Python 3.14 keeps).
 _PRUNE = (
-    "DELETE FROM failures WHERE updated < ?1",
-    "DELETE FROM calls WHERE updated < ?1",
-    "DELETE FROM spend WHERE updated < ?1",
-    "DELETE FROM ledger WHERE updated < ?1",
-    "DELETE FROM incidents WHERE updated < ?1",
+    "DELETE FROM failures WHERE updated < :cutoff",
+    "DELETE FROM calls WHERE updated < :cutoff",
+    "DELETE FROM spend WHERE updated < :cutoff",
+    "DELETE FROM ledger WHERE updated < :cutoff",
+    "DELETE FROM incidents WHERE updated < :cutoff",
 )
 
 
@@ -101,9 +106,17 @@ class SQLiteStore:
         self._closed = False
         self._next_prune = 0.0
         self._connect().executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        self._migrate()
         self._inode = self._file_identity()
         self._next_identity_check = 0.0
         self._prune()
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(ledger)")}
+            if "idem" not in columns:
+                db.execute("ALTER TABLE ledger ADD COLUMN idem TEXT")
+            db.execute(_LEDGER_KEY_INDEX)
 
     # -- connections ------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -178,138 +191,165 @@ class SQLiteStore:
         cutoff = now - self.ttl_seconds
         with self._write() as db:
             for sql in _PRUNE:
-                db.execute(sql, (cutoff,))
-            db.execute("DELETE FROM held WHERE expires < ?", (now,))
-            db.execute("DELETE FROM pending WHERE expires < ?", (now,))
+                db.execute(sql, {"cutoff": cutoff})
+            db.execute("DELETE FROM held WHERE expires < :now", {"now": now})
+            db.execute("DELETE FROM pending WHERE expires < :now", {"now": now})
 
     # -- the hot path -----------------------------------------------------------------
     def admit(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None,
+        lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         self._prune()
         now = time.time()
+        k = {"task": key.task, "turn": key.turn, "fp": key.fingerprint, "now": now}
         with self._write() as db:
             row = db.execute(
                 'SELECT count, code, "limit" FROM failures '
-                "WHERE task = ? AND turn = ? AND fingerprint = ?",
-                (key.task, key.turn, key.fingerprint),
+                "WHERE task = :task AND turn = :turn AND fingerprint = :fp", k,
             ).fetchone()
-            found = db.execute("SELECT count FROM calls WHERE task = ? AND turn = ?",
-                               (key.task, key.turn)).fetchone()
-            money = db.execute("SELECT amount FROM spend WHERE task = ?",
-                               (key.task,)).fetchone()
+            found = db.execute("SELECT count FROM calls WHERE task = :task AND turn = :turn",
+                               k).fetchone()
+            money = db.execute("SELECT amount FROM spend WHERE task = :task", k).fetchone()
             failures, code = (int(row[0]), str(row[1])) if row else (0, None)
             calls = (int(found[0]) if found else 0) + 1
             spend = float(money[0]) if money else 0.0
             if max_calls is not None and calls > max_calls:
                 return Admission(failures, code, False, calls - 1, spend, "calls_per_turn")
             db.execute(
-                "INSERT INTO calls (task, turn, count, updated) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (task, turn) DO UPDATE SET count = excluded.count, "
+                "INSERT INTO calls (task, turn, count, updated) VALUES (:task, :turn, :calls, "
+                ":now) ON CONFLICT (task, turn) DO UPDATE SET count = excluded.count, "
                 "updated = excluded.updated",
-                (key.task, key.turn, calls, now),
+                {**k, "calls": calls},
             )
             if row is not None and failures >= int(row[2]):
                 return Admission(failures, code, True, calls, spend)
             reserve = lease is not None
             if reserve:
-                db.execute("DELETE FROM pending WHERE task = ? AND turn = ? AND fingerprint = ? "
-                           "AND expires <= ?", (key.task, key.turn, key.fingerprint, now))
+                db.execute("DELETE FROM pending WHERE task = :task AND turn = :turn "
+                           "AND fingerprint = :fp AND expires <= :now", k)
                 (live,) = db.execute(
-                    "SELECT count(*) FROM pending WHERE task = ? AND turn = ? AND fingerprint = ?",
-                    (key.task, key.turn, key.fingerprint)).fetchone()
-                if row is not None and failures + int(live) >= int(row[2]):
+                    "SELECT count(*) FROM pending WHERE task = :task AND turn = :turn "
+                    "AND fingerprint = :fp", k).fetchone()
+                cap = int(row[2]) if row is not None else limit
+                if cap is not None and failures + int(live) >= cap:
                     return Admission(failures, code, False, calls, spend, busy=True)
             if max_spend is not None and spend + cost > max_spend + 1e-12:
                 return Admission(failures, code, False, calls, spend, "spend_per_task")
             if cost:
                 spend += cost
                 db.execute(
-                    "INSERT INTO spend (task, amount, updated) VALUES (?, ?, ?) "
+                    "INSERT INTO spend (task, amount, updated) VALUES (:task, :spend, :now) "
                     "ON CONFLICT (task) DO UPDATE SET amount = excluded.amount, "
                     "updated = excluded.updated",
-                    (key.task, spend, now),
+                    {**k, "spend": spend},
                 )
             if reserve:
                 assert lease is not None
                 db.execute("INSERT INTO pending (task, turn, fingerprint, expires) "
-                           "VALUES (?, ?, ?, ?)", (key.task, key.turn, key.fingerprint,
-                                                   now + lease))
+                           "VALUES (:task, :turn, :fp, :expires)", {**k, "expires": now + lease})
             return Admission(failures, code, False, calls, spend)
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._write() as db:
             row = db.execute(
                 'INSERT INTO failures (task, turn, fingerprint, count, code, "limit", updated) '
-                "VALUES (?, ?, ?, 1, ?, ?, ?) "
+                "VALUES (:task, :turn, :fp, 1, :code, :limit, :now) "
                 "ON CONFLICT (task, turn, fingerprint) DO UPDATE SET count = count + 1, "
                 'code = excluded.code, "limit" = excluded."limit", updated = excluded.updated '
                 "RETURNING count",
-                (key.task, key.turn, key.fingerprint, code, limit, time.time()),
+                {"task": key.task, "turn": key.turn, "fp": key.fingerprint, "code": code,
+                 "limit": limit, "now": time.time()},
             ).fetchone()
             return int(row[0])
 
     def clear_failures(self, key: CallKey) -> None:
         with self._write() as db:
-            db.execute("DELETE FROM failures WHERE task = ? AND turn = ? AND fingerprint = ?",
-                       (key.task, key.turn, key.fingerprint))
+            db.execute("DELETE FROM failures WHERE task = :task AND turn = :turn "
+                       "AND fingerprint = :fp",
+                       {"task": key.task, "turn": key.turn, "fp": key.fingerprint})
 
     def settle(self, key: CallKey) -> None:
         with self._write() as db:
-            db.execute("DELETE FROM pending WHERE id = (SELECT id FROM pending WHERE task = ? "
-                       "AND turn = ? AND fingerprint = ? ORDER BY expires LIMIT 1)",
-                       (key.task, key.turn, key.fingerprint))
+            db.execute("DELETE FROM pending WHERE id = (SELECT id FROM pending WHERE "
+                       "task = :task AND turn = :turn AND fingerprint = :fp "
+                       "ORDER BY expires LIMIT 1)",
+                       {"task": key.task, "turn": key.turn, "fp": key.fingerprint})
 
     def refund(self, task: str, cost: float) -> None:
         if not cost:
             return
         with self._write() as db:
-            db.execute("UPDATE spend SET amount = max(0.0, amount - ?), updated = ? "
-                       "WHERE task = ?", (cost, time.time(), task))
+            db.execute("UPDATE spend SET amount = max(0.0, amount - :cost), updated = :now "
+                       "WHERE task = :task", {"cost": cost, "now": time.time(), "task": task})
 
     # -- idempotency keys -------------------------------------------------------------
     def acquire(self, task: str, token: str, ttl: float) -> bool:
         now = time.time()
         with self._write() as db:
             row = db.execute(
-                "INSERT INTO held (task, token, expires) VALUES (?, ?, ?) "
+                "INSERT INTO held (task, token, expires) VALUES (:task, :token, :expires) "
                 "ON CONFLICT (task, token) DO UPDATE SET expires = excluded.expires "
-                "WHERE held.expires <= ? RETURNING expires",
-                (task, token, now + ttl, now),
+                "WHERE held.expires <= :now RETURNING expires",
+                {"task": task, "token": token, "expires": now + ttl, "now": now},
             ).fetchone()
             return row is not None
 
     def release(self, task: str, token: str) -> None:
         with self._write() as db:
-            db.execute("DELETE FROM held WHERE task = ? AND token = ?", (task, token))
+            db.execute("DELETE FROM held WHERE task = :task AND token = :token",
+                       {"task": task, "token": token})
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
-        data = json.dumps(entry.to_dict(), separators=(",", ":"), default=str)
         with self._write() as db:
             db.execute(
-                "INSERT INTO ledger (task, call_id, at, data, updated) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO ledger (task, call_id, at, data, updated, idem) "
+                "VALUES (:task, :call_id, :at, :data, :now, :idem) "
                 "ON CONFLICT (task, call_id) DO UPDATE SET at = excluded.at, "
                 "data = excluded.data, updated = excluded.updated",
-                (entry.task, entry.call_id, entry.at, data, time.time()),
+                {"task": entry.task, "call_id": entry.call_id, "at": entry.at,
+                 "data": entry.to_json(), "now": time.time(), "idem": entry.idempotency_key},
             )
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         rows = self._connect().execute(
-            "SELECT data FROM ledger WHERE task = ? ORDER BY at, seq", (task,)
+            "SELECT data FROM ledger WHERE task = :task ORDER BY at, seq", {"task": task}
         ).fetchall()
         return [LedgerEntry.from_dict(json.loads(row[0])) for row in rows]
+
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        row = self._connect().execute(
+            "SELECT data FROM ledger WHERE task = :task AND idem = :idem "
+            "ORDER BY seq DESC LIMIT 1", {"task": task, "idem": idempotency_key}
+        ).fetchone()
+        return None if row is None else LedgerEntry.from_dict(json.loads(row[0]))
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        row = self._connect().execute(
+            "SELECT data FROM ledger WHERE task = :task AND call_id = :call_id",
+            {"task": task, "call_id": call_id}).fetchone()
+        return None if row is None else LedgerEntry.from_dict(json.loads(row[0]))
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE ledger SET at = :at, data = :data, updated = :now "
+                "WHERE task = :task AND call_id = :call_id AND data = :expected",
+                {"at": entry.at, "data": entry.to_json(), "now": time.time(),
+                 "task": entry.task, "call_id": entry.call_id, "expected": expected.to_json()},
+            )
+            return cursor.rowcount == 1
 
     def add_incident(self, incident: Incident) -> None:
         data = json.dumps(incident.to_dict(), separators=(",", ":"), default=str)
         with self._write() as db:
-            db.execute("INSERT INTO incidents (task, data, updated) VALUES (?, ?, ?)",
-                       (incident.task, data, time.time()))
+            db.execute("INSERT INTO incidents (task, data, updated) VALUES (:task, :data, :now)",
+                       {"task": incident.task, "data": data, "now": time.time()})
 
     def incidents(self, task: str) -> list[Incident]:
         rows = self._connect().execute(
-            "SELECT data FROM incidents WHERE task = ? ORDER BY seq", (task,)
+            "SELECT data FROM incidents WHERE task = :task ORDER BY seq", {"task": task}
         ).fetchall()
         return [Incident.from_dict(json.loads(row[0])) for row in rows]
 

@@ -1,0 +1,397 @@
+"""Race trials for side effects (a helper, not a test module).
+
+Each trial is one side-effecting call raced by several workers (threads, asyncio tasks or
+processes) over one shared store.  The tool writes its effect, then outlives the guard's
+timeout (and finally fails), so every worker faces "it timed out: did it land?" and may
+retry as a model would.
+Effects are counted in files (one per trial), outside any store, so the count is what
+actually happened whatever the store believed.  A trial is *duplicated* when its action ran
+more than once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolfault import Backoff, Guard, Limits, MemoryStore, Store
+
+FAST = Backoff(attempts=3, initial=0.001, maximum=0.01, jitter=0.0)
+TOOL_TIMEOUT = 0.02
+TOOL_RUNS = 0.05  # the effect lands at once; the answer comes after the timeout
+
+
+@dataclass
+class Tally:
+    """Duplicated trials out of trials for one setting."""
+
+    setting: str
+    trials: int
+    duplicated: int
+    max_effects: int
+    what: str = "duplicated"  # "over the cap" for the retry-cap settings
+
+    def line(self) -> str:
+        unit = "effects" if self.what == "duplicated" else "dispatches"
+        return (f"{self.setting}: {self.duplicated}/{self.trials} trials {self.what} "
+                f"(max {self.max_effects} {unit} in one trial)")
+
+
+@dataclass(frozen=True)
+class StoreMaker:
+    """Opens a handle on one shared store; picklable, so spawned workers can open their own."""
+
+    kind: str  # "sqlite" (target: a file) or "redis" (target: a URL)
+    target: str
+    prefix: str = "race"
+
+    def __call__(self) -> Store:
+        if self.kind == "sqlite":
+            from toolfault.stores import SQLiteStore
+
+            return SQLiteStore(self.target, busy_timeout=10.0)
+        from toolfault.stores import RedisStore
+
+        return RedisStore(self.target, prefix=self.prefix, socket_timeout=5.0)
+
+
+def effects_in(folder: Path, trial: str) -> int:
+    """How many times the action of one trial ran."""
+    path = folder / trial
+    return path.stat().st_size if path.exists() else 0
+
+
+def make_guard(store: Store, folder: Path, *, postcondition: bool, task: str = "t"
+               ) -> Guard:
+    """A worker's guard with one side-effecting tool that lands, then times out."""
+    guard = Guard(store=store, task_id=task, limits=Limits(backoff=FAST),
+                  scan_env_secrets=False)
+
+    def landed(args: dict[str, Any]) -> bool:
+        return effects_in(folder, str(args["trial"])) > 0
+
+    @guard.tool(side_effect=True, timeout=TOOL_TIMEOUT,
+                postcondition=landed if postcondition else None)
+    def send_invoice(trial: str, amount: int) -> str:
+        fd = os.open(folder / trial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+        time.sleep(TOOL_RUNS)
+        # Never a success: a success would make an identical call a new action, and the
+        # count of effects could no longer tell a duplicate from a second, legitimate one.
+        raise ConnectionError("the connection dropped after the request was sent")
+
+    return guard
+
+
+def worker_calls(guard: Guard, trial: str, calls: int = 3) -> list[str]:
+    """Call the tool as a model would: again after an answer that allows it, at most ``calls``."""
+    codes = []
+    for _ in range(calls):
+        guard.task_id = trial
+        result = guard.call("send_invoice", {"trial": trial, "amount": 120})
+        codes.append(result.code or "ok")
+        if result.ok or result.terminal or result.code in ("already_applied",
+                                                            "effect_unknown"):
+            break
+        time.sleep(TOOL_RUNS / 2)
+    return codes
+
+
+def tally(setting: str, folder: Path, trials: list[str]) -> Tally:
+    counts = [effects_in(folder, t) for t in trials]
+    return Tally(setting, len(trials), sum(1 for c in counts if c > 1), max(counts, default=0))
+
+
+def thread_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
+                  workers: int, trials: int, postcondition: bool, lanes: int = 8) -> Tally:
+    """``trials`` trials, each raced by ``workers`` threads with a guard (store handle) each.
+
+    ``lanes`` trials run side by side (each its own task), so many trials fit in little time.
+    """
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    guards = [[make_guard(make_store(), folder, postcondition=postcondition)
+               for _ in range(workers)] for _ in range(lanes)]
+
+    def lane(k: int) -> None:
+        barrier = threading.Barrier(workers)
+
+        def one(guard: Guard) -> None:
+            for trial in names[k::lanes]:
+                barrier.wait()
+                worker_calls(guard, trial)
+
+        threads = [threading.Thread(target=one, args=(g,)) for g in guards[k]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    lane_threads = [threading.Thread(target=lane, args=(k,)) for k in range(lanes)]
+    for t in lane_threads:
+        t.start()
+    for t in lane_threads:
+        t.join()
+    time.sleep(TOOL_RUNS * 2)
+    for row in guards:
+        for guard in row:
+            guard.close()
+    return tally(setting, folder, names)
+
+
+class _Gate:
+    """A cross-process start line: each worker arrives, then all go together.
+
+    A counter in shared memory and a short poll, because ``multiprocessing.Barrier`` can
+    hang for good in ``notify_all`` once any waiter timed out.
+    """
+
+    def __init__(self, ctx: Any, workers: int) -> None:
+        self.count = ctx.Value("i", 0)
+        self.workers = workers
+
+    def wait(self, round_: int, timeout: float = 120.0) -> None:
+        with self.count.get_lock():
+            self.count.value += 1
+        goal = self.workers * (round_ + 1)
+        deadline = time.monotonic() + timeout
+        while self.count.value < goal:
+            if time.monotonic() > deadline:
+                raise RuntimeError("a race worker never reached the start line")
+            time.sleep(0.0005)
+
+
+def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[str],
+                    gates: list[_Gate], postcondition: bool) -> None:
+    lanes = len(gates)
+    failed: list[BaseException] = []
+
+    def lane(k: int) -> None:
+        try:
+            run_lane(k)
+        except BaseException as exc:
+            failed.append(exc)
+
+    def run_lane(k: int) -> None:
+        guard = make_guard(make_store(), folder, postcondition=postcondition)
+        for round_, trial in enumerate(names[k::lanes]):
+            gates[k].wait(round_)
+            worker_calls(guard, trial)
+        time.sleep(TOOL_RUNS * 2)
+        if guard.last_degraded_error is not None:
+            print(f"race worker degraded: {guard.last_degraded_error}", file=sys.stderr)
+        guard.close()
+
+    threads = [threading.Thread(target=lane, args=(k,)) for k in range(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+
+
+def process_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
+                   workers: int, trials: int, postcondition: bool, lanes: int = 8) -> Tally:
+    """``trials`` trials, each raced by ``workers`` spawned processes, ``lanes`` at a time.
+
+    Spawned, not forked: a fork of a threaded test process can inherit a held lock.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    gates = [_Gate(ctx, workers) for _ in range(lanes)]
+    procs = [ctx.Process(target=_process_worker,
+                         args=(make_store, folder, names, gates, postcondition))
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    for p in procs:
+        if p.is_alive():  # stuck: end it, and fail the setting below
+            p.kill()
+            p.join(10)
+    codes = [p.exitcode for p in procs]
+    if codes != [0] * workers:
+        raise RuntimeError(f"a race worker failed: exit codes {codes}")
+    return tally(setting, folder, names)
+
+
+def gather_trials(setting: str, folder: Path, *, workers: int, trials: int,
+                  postcondition: bool, lanes: int = 10) -> Tally:
+    """Each trial: ``workers`` identical ``acall``s of a sync tool in one ``asyncio.gather``,
+    then the same again once the first answers are in (a model retrying)."""
+    import asyncio
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    guard = make_guard(MemoryStore(), folder, postcondition=postcondition)
+
+    async def trial(name: str) -> None:
+        scoped = guard.scoped(name)
+        args = {"trial": name, "amount": 120}
+        for _ in range(2):
+            await asyncio.gather(*(scoped.acall("send_invoice", args) for _ in range(workers)))
+            await asyncio.sleep(TOOL_RUNS / 2)
+
+    async def main() -> None:
+        for start in range(0, trials, lanes):
+            await asyncio.gather(*(trial(n) for n in names[start:start + lanes]))
+
+    asyncio.run(main())
+    time.sleep(TOOL_RUNS * 2)
+    guard.close()
+    return tally(setting, folder, names)
+
+
+def cancel_trials(setting: str, folder: Path, *, trials: int, postcondition: bool,
+                  lanes: int = 10) -> Tally:
+    """Each trial: ``acall`` of a slow sync side effect, cancelled once the tool started (its
+    effect lands later), then retried at once and again once it ended (as an agent framework
+    that gave up would)."""
+    import asyncio
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+
+    def landed(args: dict[str, Any]) -> bool:
+        return effects_in(folder, str(args["trial"])) > 0
+
+    @guard.tool(side_effect=True, postcondition=landed if postcondition else None)
+    def send_invoice(trial: str, amount: int) -> str:
+        (folder / f"{trial}.started").touch()
+        time.sleep(TOOL_RUNS)  # the effect lands at the end, after the caller gave up
+        with (folder / trial).open("a") as f:
+            f.write("x")
+        return "sent"
+
+    async def trial(name: str) -> None:
+        scoped = guard.scoped(name)
+        args = {"trial": name, "amount": 120}
+        task = asyncio.ensure_future(scoped.acall("send_invoice", args))
+        while not (folder / f"{name}.started").exists() and not task.done():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await scoped.acall("send_invoice", args)
+        await asyncio.sleep(TOOL_RUNS * 2)
+        await scoped.acall("send_invoice", args)
+
+    async def main() -> None:
+        for start in range(0, trials, lanes):
+            await asyncio.gather(*(trial(n) for n in names[start:start + lanes]))
+
+    asyncio.run(main())
+    time.sleep(TOOL_RUNS * 2)
+    guard.close()
+    return tally(setting, folder, names)
+
+
+def cap_gather_trials(setting: str, *, calls: int, trials: int, limit: int = 2) -> Tally:
+    """Each trial: ``calls`` identical failing ``acall``s in one ``gather`` with retry limit
+    ``limit``; a trial is counted when more than ``limit`` of them were dispatched."""
+    import asyncio
+
+    guard = Guard(limits=Limits(retry_limit=limit, backoff=FAST), scan_env_secrets=False)
+    runs: dict[str, int] = {}
+    lock = threading.Lock()
+
+    @guard.tool
+    def charge(card: str) -> str:
+        with lock:
+            runs[card] = runs.get(card, 0) + 1
+        time.sleep(0.005)
+        raise ValueError("card must be a valid card number")
+
+    names = [f"card-{i}" for i in range(trials)]
+
+    async def main() -> None:
+        for name in names:
+            await asyncio.gather(*(guard.acall("charge", {"card": name}) for _ in range(calls)))
+
+    asyncio.run(main())
+    guard.close()
+    over = [runs.get(n, 0) for n in names]
+    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0),
+                 "over the cap")
+
+
+def cap_thread_trials(setting: str, *, threads: int, trials: int, limit: int = 2) -> Tally:
+    """Each trial: ``threads`` threads make one identical failing call each (sync ``call``)."""
+    guard = Guard(limits=Limits(retry_limit=limit, backoff=FAST), scan_env_secrets=False)
+    runs: dict[str, int] = {}
+    lock = threading.Lock()
+
+    @guard.tool
+    def charge(card: str) -> str:
+        with lock:
+            runs[card] = runs.get(card, 0) + 1
+        time.sleep(0.001)
+        raise ValueError("card must be a valid card number")
+
+    names = [f"card-{i}" for i in range(trials)]
+    barrier = threading.Barrier(threads)
+
+    def one() -> None:
+        for name in names:
+            barrier.wait()
+            guard.call("charge", {"card": name})
+
+    pool = [threading.Thread(target=one) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    guard.close()
+    over = [runs.get(n, 0) for n in names]
+    return Tally(setting, trials, sum(1 for n in over if n > limit), max(over, default=0),
+                 "over the cap")
+
+
+def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], None],
+                  up: Callable[[], None], trials: int, lanes: int = 20) -> Tally:
+    """Rounds of ``lanes`` trials: with Redis down, worker A's call lands and times out
+    (fail-open, recorded locally); Redis comes back; A retries, then worker B does."""
+    from toolfault.stores import RedisStore
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    prefix = f"race{uuid.uuid4().hex[:8]}"
+
+    def guard_for() -> Guard:
+        guard = make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
+                           postcondition=True)
+        guard._store._retry_after = 0.05  # try the primary again soon after an outage
+        return guard
+
+    for start in range(0, trials, lanes):
+        batch = names[start:start + lanes]
+        pairs = [(guard_for(), guard_for()) for _ in batch]
+        down()
+        threads = [threading.Thread(target=worker_calls, args=(a, n, 1))
+                   for (a, _), n in zip(pairs, batch, strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        up()
+        time.sleep(TOOL_RUNS * 2)
+        for (a, b), n in zip(pairs, batch, strict=True):
+            worker_calls(a, n, 1)
+            worker_calls(b, n, 1)
+        for a, b in pairs:
+            a.close()
+            b.close()
+    return tally(setting, folder, names)
