@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -129,10 +129,27 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """The default store: one process, thread-safe, asyncio-safe (no awaits inside a step)."""
+    """The default store: one process, thread-safe, asyncio-safe (no awaits inside a step).
 
-    def __init__(self) -> None:
+    Memory stays bounded in a long-running process: a task's earlier turns are dropped when it
+    starts a newer one (their counters can no longer matter), and whole tasks (budgets,
+    ledger, incidents) are evicted when idle for ``ttl_seconds`` or, least recently used
+    first, beyond ``max_tasks`` - the same lifetime SQLite and Redis give their keys.
+    """
+
+    def __init__(self, *, ttl_seconds: float | None = 86400.0,
+                 max_tasks: int | None = 10_000) -> None:
+        if ttl_seconds is not None and ttl_seconds <= 0:
+            raise ValueError("ttl_seconds must be positive (or None for no expiry)")
+        if max_tasks is not None and max_tasks < 1:
+            raise ValueError("max_tasks must be at least 1 (or None for no bound)")
+        self.ttl_seconds = ttl_seconds
+        self.max_tasks = max_tasks
         self._lock = threading.Lock()
+        # Task -> (last use, newest turn), least recently used first; turn -> its call keys.
+        self._tasks: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._turn_keys: dict[tuple[str, int], set[CallKey]] = {}
+        self._turns_of: dict[str, set[int]] = {}
         self._failures: dict[CallKey, tuple[int, str, int]] = {}
         self._pending: dict[CallKey, list[float]] = {}
         self._dirty: dict[tuple[str, int], int] = defaultdict(int)
@@ -152,6 +169,7 @@ class MemoryStore:
         lease: float | None = None, limit: int | None = None,
     ) -> Admission:
         with self._lock:
+            self._touch(key.task, key.turn)
             record = self._failures.get(key)
             turn = (key.task, key.turn)
             calls = self._calls[turn] + 1
@@ -178,14 +196,17 @@ class MemoryStore:
             self._spend[key.task] = spend
             if lease is not None:
                 self._pending[key] = live
+                self._turn_keys.setdefault(turn, set()).add(key)
             return Admission(record[0] if record else 0, record[1] if record else None, False,
                              calls, spend)
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._lock:
+            self._touch(key.task, key.turn)
             previous = self._failures.get(key)
             if previous is None:
                 self._dirty[(key.task, key.turn)] += 1
+                self._turn_keys.setdefault((key.task, key.turn), set()).add(key)
             count = (previous[0] if previous else 0) + 1
             self._failures[key] = (count, code, limit)
             return count
@@ -227,6 +248,7 @@ class MemoryStore:
 
     def put_ledger(self, entry: LedgerEntry) -> None:
         with self._lock:
+            self._touch(entry.task, None)
             entries = self._ledger[entry.task]
             if entry.call_id not in entries and entry.idempotency_key is not None:
                 self._by_key[(entry.task, entry.idempotency_key)] = entry.call_id
@@ -317,6 +339,7 @@ class MemoryStore:
 
     def add_incident(self, incident: Incident) -> None:
         with self._lock:
+            self._touch(incident.task, None)
             self._incidents[incident.task].append(incident)
 
     def incidents(self, task: str) -> list[Incident]:
@@ -325,6 +348,61 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+    # -- bounded memory (call with the lock held) ----------------------------------------
+    def _touch(self, task: str, turn: int | None) -> None:
+        """Mark the task used; a newer turn drops the older ones; evict what outlived use."""
+        now = time.monotonic()
+        known = self._tasks.get(task)
+        newest = known[1] if known is not None else -1
+        if turn is not None and turn > newest:
+            if known is not None:
+                self._drop_turns(task, below=turn)
+            newest = turn
+        self._tasks[task] = (now, newest)
+        self._tasks.move_to_end(task)
+        if turn is not None:
+            self._turns_of.setdefault(task, set()).add(turn)
+        if known is None or self.ttl_seconds is not None:
+            self._evict(now, keep=task)
+
+    def _evict(self, now: float, *, keep: str) -> None:
+        tasks, ttl, most = self._tasks, self.ttl_seconds, self.max_tasks
+        while tasks:
+            oldest, (used, _) = next(iter(tasks.items()))
+            if oldest == keep:
+                return
+            expired = ttl is not None and now - used > ttl
+            if not expired and (most is None or len(tasks) <= most):
+                return
+            self._forget_task(oldest, now)
+
+    def _drop_turns(self, task: str, *, below: int) -> None:
+        turns = self._turns_of.get(task)
+        if not turns:
+            return
+        for turn in [t for t in turns if t < below]:
+            turns.discard(turn)
+            scope = (task, turn)
+            for key in self._turn_keys.pop(scope, ()):
+                self._failures.pop(key, None)
+                self._pending.pop(key, None)
+            self._dirty.pop(scope, None)
+            self._calls.pop(scope, None)
+        if not turns:
+            del self._turns_of[task]
+
+    def _forget_task(self, task: str, now: float) -> None:
+        """Everything one task left behind, except idempotency keys still held."""
+        _, newest = self._tasks.pop(task)
+        self._drop_turns(task, below=newest + 1)
+        self._spend.pop(task, None)
+        for entry in self._ledger.pop(task, {}).values():
+            if entry.idempotency_key is not None:
+                self._by_key.pop((task, entry.idempotency_key), None)
+        self._incidents.pop(task, None)
+        for held in [h for h, expiry in self._held.items() if h[0] == task and expiry <= now]:
+            del self._held[held]
 
 
 class DegradingStore:

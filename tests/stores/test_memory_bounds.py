@@ -1,0 +1,101 @@
+"""MemoryStore keeps bounded memory: old turns, idle tasks and surplus tasks are dropped."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+
+from toolfault import Guard, MemoryStore, Outcome
+from toolfault._records import LedgerEntry
+from toolfault._state import CallKey
+
+
+def _fail(store: MemoryStore, task: str, turn: int, fp: str = "fp") -> None:
+    key = CallKey(task, turn, fp)
+    store.admit(key, cost=0.0, max_calls=None, max_spend=None, lease=30.0, limit=2)
+    store.settle(key)
+    store.record_failure(key, "invalid_argument", 2)
+
+
+def test_a_newer_turn_drops_the_older_turns_counters() -> None:
+    """Failures of turn 0 no longer count once the task has started turn 1."""
+    store = MemoryStore()
+    _fail(store, "t", 0)
+    _fail(store, "t", 0)
+    assert store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None,
+                       max_spend=None).failures == 2
+    store.admit(CallKey("t", 1, "other"), cost=0.0, max_calls=None, max_spend=None)
+    assert not store.has_failures("t", 0)
+    assert store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None,
+                       max_spend=None).failures == 0
+
+
+def test_least_recently_used_tasks_are_evicted_beyond_max_tasks() -> None:
+    """With max_tasks=3 the oldest task's ledger and budget go; the newest stay."""
+    store = MemoryStore(max_tasks=3)
+    for task in "abcd":
+        store.put_ledger(LedgerEntry(task=task, call_id=f"{task}1", tool="pay", fingerprint="f",
+                                     idempotency_key=f"k{task}", args={},
+                                     effect=Outcome.APPLIED))
+    assert store.ledger("a") == [] and store.ledger_entry("a", "ka") is None
+    assert [e.call_id for e in store.ledger("d")] == ["d1"]
+    assert store.ledger_entry("b", "kb") is not None
+
+
+def test_idle_tasks_expire_after_ttl() -> None:
+    """A task untouched for longer than ttl_seconds is forgotten at the next use of the store."""
+    store = MemoryStore(ttl_seconds=0.05)
+    _fail(store, "idle", 0)
+    time.sleep(0.1)
+    _fail(store, "busy", 0)
+    assert not store.has_failures("idle", 0)
+    assert store.has_failures("busy", 0)
+
+
+def test_held_idempotency_keys_survive_eviction() -> None:
+    """Evicting a task never frees a key an attempt still holds."""
+    store = MemoryStore(max_tasks=1)
+    assert store.acquire("a", "key", 60.0)
+    _fail(store, "b", 0)
+    assert not store.acquire("a", "key", 60.0)
+
+
+def test_a_long_lived_guard_has_bounded_memory() -> None:
+    """20,000 conversations through one guard hold no more than ~max_tasks of state."""
+    store = MemoryStore(max_tasks=100)
+    guard = Guard(store=store, scan_env_secrets=False)
+
+    @guard.tool
+    def lookup(n: int) -> int:
+        if n < 0:
+            raise ValueError("n must not be negative")
+        return n
+
+    def run(conversations: range) -> None:
+        for i in conversations:
+            scope = guard.scoped(f"conversation-{i}")
+            scope.call("lookup", {"n": -1})
+            scope.new_turn()
+            scope.call("lookup", {"n": -2})
+
+    run(range(200))
+    tracemalloc.start()
+    first, _ = tracemalloc.get_traced_memory()
+    run(range(200, 2_200))
+    middle, _ = tracemalloc.get_traced_memory()
+    run(range(2_200, 20_200))
+    last, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # 9x more conversations must not cost anywhere near 9x more memory.
+    assert last - first < 3 * max(middle - first, 64 * 1024)
+    assert len(store._tasks) <= 100
+
+
+def test_bounds_are_validated() -> None:
+    """Nonsense bounds are refused at construction."""
+    with pytest.raises(ValueError, match="ttl_seconds"):
+        MemoryStore(ttl_seconds=0)
+    with pytest.raises(ValueError, match="max_tasks"):
+        MemoryStore(max_tasks=0)
