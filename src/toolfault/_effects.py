@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -51,14 +52,21 @@ class EffectsMixin:
         def _pool(self) -> concurrent.futures.ThreadPoolExecutor: ...
 
     def _idempotency_key(self, call: _Call) -> str:
+        """A stable hash of the key material: ledgers and stores never hold argument values.
+
+        ``tool:`` plus 32 hex digits of SHA-256 over the material (the key fields' values,
+        the user's key function's result, or the fingerprint), the same in every process.
+        """
         spec = call.spec
         assert spec is not None
+        material = f"{spec.name}:{call.fp}"
         if spec.idempotency_key is not None:
             try:
-                return str(spec.idempotency_key(call.kwargs or call.args))
+                material = str(spec.idempotency_key(call.kwargs or call.args))
             except Exception:
                 pass
-        return f"{spec.name}:{call.fp}"
+        digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{spec.name}:{digest[:32]}"
 
     def _pending_effect(self, call: _Call) -> LedgerEntry | None:
         call.idem = self._idempotency_key(call)
