@@ -165,7 +165,10 @@ def _base64_cores(value: bytes) -> set[str]:
 def secret_forms(secret: str) -> set[str]:
     """The forms a secret travels in: plain, JSON-escaped, URL-encoded and base64."""
     forms = {secret}
-    forms |= {json.dumps(secret, ensure_ascii=flag)[1:-1] for flag in (False, True)}
+    # JSON-escaped, also twice (a JSON string inside a JSON text, as in a returned payload).
+    for _ in range(2):
+        forms |= {json.dumps(form, ensure_ascii=flag)[1:-1] for form in list(forms)
+                  for flag in (False, True)}
     for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret),
                    urllib.parse.quote_plus(secret)):
         forms.add(quoted)
