@@ -127,6 +127,7 @@ class Guard(EffectsMixin, BudgetMixin):
         #: No call takes longer: a tool still running then is abandoned in its worker thread
         #: and the model is told it timed out (``Effect: unknown`` for side effects).
         self.deadline = deadline
+        self._cut_to_budget = True
         if log_tracebacks:  # tracebacks are for engineers who ask; still redacted
             LOG_FILTER.tracebacks = True
         self.limits = limits or Limits()
@@ -881,7 +882,7 @@ class Guard(EffectsMixin, BudgetMixin):
                                  side_effect=call.spec.side_effect)
         # One quiet line per failure; the traceback only when asked (see RedactingFilter).
         log.info("tool %s raised %s (code %s)", call.name, type(exc).__name__, failure.code,
-                 exc_info=exc if LOG_FILTER.tracebacks else None)
+                 exc_info=exc)
         return failure
 
     def _wait(self, state: RetryCallState) -> float:
@@ -1282,7 +1283,7 @@ class Guard(EffectsMixin, BudgetMixin):
 
     def _crash_result(self, call: _Call, exc: BaseException) -> ToolResult:
         log.warning("toolfault internal error while guarding %s (%s)", call.name,
-                    type(exc).__name__, exc_info=exc if LOG_FILTER.tracebacks else None)
+                    type(exc).__name__, exc_info=exc)
         failure = from_entry(self.catalog.get("internal_error"),
                              f"{call.name} hit an internal error and did not complete",
                              cause=exc)
@@ -1310,7 +1311,8 @@ class Guard(EffectsMixin, BudgetMixin):
         text, data = redactor.secrets(result.text), redactor.value(result.data)
         if not isinstance(data, dict):
             data = {"detail": data}
-        text, data = fit_to_budget(text, data, self.catalog.token_budget, count_tokens)
+        if self._cut_to_budget:
+            text, data = fit_to_budget(text, data, self.catalog.token_budget, count_tokens)
         tool = redactor.secrets(result.tool)
         if text == result.text and tool == result.tool and data == result.data:
             return result

@@ -70,6 +70,8 @@ class Matrix:
     trials: int = 0
     leaks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANNELS, 0))
     by_form: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMS, 0))
+    #: Trials in which the channel held anything at all (a silent channel proves nothing).
+    seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANNELS, 0))
     examples: list[str] = field(default_factory=list)
 
 
@@ -92,16 +94,16 @@ class _Capture(logging.Handler):
 
 
 _EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
 
 
-def _install_tracing() -> None:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not getattr(provider, "_toolfault_canary", False):
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        provider._toolfault_canary = True  # type: ignore[attr-defined]
+def _swap_provider(provider: Any) -> Any:
+    """Install a tracer provider for the matrix only (the global one can be set only once,
+    and other tests set theirs), returning the one it replaced."""
+    saved = trace._TRACER_PROVIDER  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER = provider  # type: ignore[attr-defined]
+    return saved
 
 
 def _call_for(placement: str, placed: str) -> tuple[str, Any, Callable[[Guard], None]]:
@@ -160,7 +162,7 @@ def _env(matrix_env: dict[str, str]) -> Iterator[None]:
 def run_matrix(workdir: Path, *, kinds: int = len(KINDS),
                placements: tuple[str, ...] = PLACEMENTS) -> Matrix:
     """Every kind x form x placement, each searched for in every channel."""
-    _install_tracing()
+    saved_provider = _swap_provider(_PROVIDER)
     matrix = Matrix()
     env = {ENV_NAMES[k]: v for k, v, registered in KINDS if not registered}
     gen = _env(env)
@@ -180,6 +182,7 @@ def run_matrix(workdir: Path, *, kinds: int = len(KINDS),
                     _trial(matrix, workdir / f"t{n}", kind, secret, registered, form_name,
                            placed, placement, capture)
     finally:
+        _swap_provider(saved_provider)
         logger.setLevel(old_level)
         logger.removeHandler(capture)
         try:
@@ -219,6 +222,7 @@ def _trial(matrix: Matrix, workdir: Path, kind: str, secret: str, registered: bo
     matrix.trials += 1
     needles = _needles(secret, placed)
     for channel, text in channels.items():
+        matrix.seen[channel] += int(len(text) > 2)
         lowered = text.lower()
         if any(n in text or n.lower() in lowered for n in needles):
             matrix.leaks[channel] += 1

@@ -60,7 +60,7 @@ def kill9_sqlite(workdir: Path, trials: int, figures: CrashFigures) -> None:
 
         @guard.tool(side_effect=True, timeout=120)
         def book_seat(seat: str) -> str:
-            ran.append(seat)
+            ran.append(seat)  # noqa: B023 - called within this iteration
             return "booked"
 
         result = guard.call("book_seat", {"seat": "12A"})
@@ -90,10 +90,12 @@ def redis_outage(calls: int, figures: CrashFigures, *, deadline: float = 5.0) ->
             effects: dict[str, int] = {}
             told_ok = 0
 
-            @guard.tool(side_effect=True)
             def charge(order: str) -> str:
-                effects[order] = effects.get(order, 0) + 1
+                # Called within this iteration only.
+                effects[order] = effects.get(order, 0) + 1  # noqa: B023
                 return "charged"
+
+            guard.tool(side_effect=True)(charge)
 
             @guard.tool
             def lookup(q: str) -> str:

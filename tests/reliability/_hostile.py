@@ -75,7 +75,7 @@ def _raisers() -> list[Callable[[str], BaseException]]:
         lambda p: ConnectionError(f"could not reach {p} at db1.internal:5432"),
         lambda p: ValueError(f"failed running SELECT * FROM users WHERE name = '{p}'"),
         lambda p: OSError(2, "No such file", f"/srv/app/{p}.db"),
-        lambda p: asyncio.TimeoutError(p),
+        lambda p: TimeoutError(p, p),
         lambda p: RecursionError(p),
         lambda p: StopIteration(p),
         lambda p: GeneratorExit(p),

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from tests.reliability import _canary, _crash, _hostile, _redos
 
 
@@ -27,6 +26,7 @@ def test_canary_matrix_leaks_nothing_in_any_channel(tmp_path: Path) -> None:
     matrix = _canary.run_matrix(tmp_path, placements=(
         "argument", "bytes_argument", "return_value", "exception_text", "unknown_tool_name"))
     assert matrix.trials == 9 * 7 * 5
+    assert all(matrix.seen.values()), matrix.seen
     assert matrix.leaks == dict.fromkeys(_canary.CHANNELS, 0), matrix.examples
 
 
