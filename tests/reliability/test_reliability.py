@@ -34,7 +34,7 @@ def test_redactor_is_linear_on_adversarial_text() -> None:
     """256 KB of each adversarial family is redacted in seconds (a backtracking pattern
     would take hours), so no argument can stall the guard."""
     figures = _redos.scaling((16_000, 256_000))
-    assert figures["slow"] == []
+    assert figures["slow"] == [] and figures["families"] >= 40
 
 
 def test_kill9_mid_call_never_duplicates_the_side_effect(tmp_path: Path) -> None:
@@ -55,3 +55,16 @@ def test_redis_outage_never_raises_hangs_or_duplicates() -> None:
     _crash.redis_outage(10, figures)
     assert figures.outage_calls == 40
     assert (figures.outage_raises, figures.outage_hangs, figures.outage_duplicates) == (0, 0, 0)
+
+
+def test_reliability_doc_runs_and_publishes_generated_figures() -> None:
+    """docs/reliability.md's python example runs as written and its figures block is the
+    generated one, with the command to rerun it."""
+    from tests.reliability._run import BEGIN, DOC, END
+
+    text = DOC.read_text(encoding="utf-8")
+    for block in text.split("```python\n")[1:]:
+        exec(compile(block.split("```")[0], str(DOC), "exec"), {})
+    figures = text.split(BEGIN)[1].split(END)[0]
+    assert "python -m tests.reliability --full --write" in text
+    assert "inputs tried" in figures and "| raised into the caller | 0 |" in figures
