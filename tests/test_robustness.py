@@ -205,3 +205,17 @@ def test_deadline_must_be_positive() -> None:
     with pytest.raises(ConfigurationError):
         Guard(deadline=0)
     assert Guard(deadline=None, scan_env_secrets=False).deadline is None
+
+
+@pytest.mark.parametrize("said", ["", "   ", "...", ". . .", "\n\t"])
+def test_blank_reasons_and_next_actions_keep_the_four_part_shape(said: str) -> None:
+    """A tool whose ToolError says nothing (blank, dots, whitespace) still gets a reason and
+    a next action."""
+    blank = Guard(scan_env_secrets=False)
+
+    @blank.tool
+    def quiet(x: int) -> int:
+        raise ToolError("conflict", said, next_action=said)
+
+    text = blank.call("quiet", {"x": 1}).text
+    assert FOUR_PART.match(text), text

@@ -1169,6 +1169,9 @@ class Guard(EffectsMixin, BudgetMixin):
             next_action = fill(entry.next_action, values)
         next_action = _without(self.redactor.prose(next_action.rstrip(". "), allow=allow),
                                hidden)
+        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
+            next_action = fill(entry.next_action, values).rstrip(". ") or \
+                "stop and report this failure to the user"
         mentioned = [a for a in alternatives if a.name in next_action]
         extra = [a for a in alternatives if a not in mentioned]
         if extra and failure.outcome is not Outcome.APPLIED:
@@ -1311,7 +1314,7 @@ class Guard(EffectsMixin, BudgetMixin):
         text, data = redactor.secrets(result.text), redactor.value(result.data)
         if not isinstance(data, dict):
             data = {"detail": data}
-        if self._cut_to_budget:
+        if self._cut_to_budget and self.mode != "observe":  # observe passes raw text on
             text, data = fit_to_budget(text, data, self.catalog.token_budget, count_tokens)
         tool = redactor.secrets(result.tool)
         if text == result.text and tool == result.tool and data == result.data:

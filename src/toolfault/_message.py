@@ -115,10 +115,14 @@ def render_error(
 ) -> Rendered:
     """The four-part message (code, reason, rejected arguments, effect + verdict, next action)."""
     said = verdict(outcome, retryable, retry_after)
+    # Never an empty part: the shape is the contract even when a tool said nothing.
+    reason = reason if sentence(reason) else f"{tool} failed"
+    next_action = next_action if sentence(next_action) else \
+        "stop and report this failure to the user"
     text = (
         f"{tool} failed (code: {code}).\n"
         f"Reason: {sentence(reason)}\n"
-        f"Rejected arguments: {args_text}.\n"
+        f"Rejected arguments: {args_text or '{}'}.\n"
         f"Effect: {EFFECT_WORD[outcome]}. {said}\n"
         f"Next action: {sentence(next_action)}"
     )

@@ -100,6 +100,11 @@ def render(f: dict[str, Any]) -> str:
         f"{(r['sizes'][-1] / r['sizes'][-2]) ** 2:.3g}x) |",
         f"| slowest redaction of the largest size | {r['slowest_s']:.2f} s |",
     ]
+    problems = [*t.examples, *m.examples]
+    if problems:  # published as found, so a regression is visible rather than hidden
+        lines += ["", "First problems seen:", ""]
+        lines += ["- `" + p[:200].replace("`", "'").replace("\n", " / ") + "`"
+                  for p in problems]
     return "\n".join(lines)
 
 
