@@ -139,3 +139,127 @@ def test_more_infrastructure_shapes_are_removed_from_reasons() -> None:
     for leak in ("acme.io", "conf/prod", "fd00", "SELECT"):
         assert leak not in guard.call("op", {"n": 1}).text
         guard.new_turn()
+
+
+def test_registered_secrets_are_redacted_in_every_travelling_form() -> None:
+    """Base64 (any alignment), URL-encoded, JSON-escaped (twice), case-folded and split-line
+    forms of a registered secret are all replaced."""
+    import base64
+    import urllib.parse
+
+    redactor = Redactor([SECRET], scan_env=False)
+    forms = [
+        base64.b64encode(SECRET.encode()).decode(),
+        base64.b64encode(b"user:" + SECRET.encode()).decode(),
+        base64.urlsafe_b64encode(b"xy" + SECRET.encode() + b"!").decode(),
+        urllib.parse.quote(SECRET, safe=""), urllib.parse.quote_plus(SECRET).lower(),
+        json.dumps(json.dumps(SECRET)), SECRET.upper(), SECRET.lower(),
+        f"{SECRET[:4]}\n{SECRET[4:9]}\r\n    {SECRET[9:]}", f"{SECRET[:6]}\\n{SECRET[6:]}",
+    ]
+    for form in forms:
+        cleaned = redactor.secrets(f"before {form} after")
+        assert form not in cleaned and "[REDACTED]" in cleaned, form
+        assert cleaned.startswith("before ") and cleaned.endswith(" after"), cleaned
+
+
+def test_unknown_tool_names_and_bytes_arguments_are_redacted() -> None:
+    """A secret in an unknown tool's name or in a bytes argument reaches no text or data."""
+    guard = Guard(secrets=[SECRET], scan_env_secrets=False)
+
+    @guard.tool
+    def save(note: Any) -> str:
+        raise ToolError("conflict", "note taken")
+
+    for name, args in ((f"get_{SECRET}", {}), ("save", {"note": SECRET.encode()}),
+                       ("save", {"note": [b"sk-proj-abcdefghijklmnopqrstuv"]})):
+        result = guard.call(name, args)
+        blob = result.text + result.tool + json.dumps(result.data, default=str)
+        assert SECRET not in blob and "abcdefghijklmnopqrstuv" not in blob, blob
+
+
+def test_sql_anywhere_in_a_reason_is_removed() -> None:
+    """SQL in the middle of an exception or a ToolError reason never reaches the model."""
+    guard = Guard(scan_env_secrets=False)
+    texts = iter(["failed running SELECT * FROM users", "could not INSERT INTO orders (id)",
+                  "query select * from accounts where id = 3 timed out"])
+
+    @guard.tool
+    def op(n: int) -> str:
+        raise ValueError(next(texts))
+
+    @guard.tool
+    def op2(n: int) -> str:
+        raise ToolError("invalid_argument", "bad n: UPDATE users SET name = 'x' failed")
+
+    for _ in range(3):
+        text = guard.call("op", {"n": 1}).text
+        guard.new_turn()
+        assert not any(w in text for w in ("SELECT", "INSERT", "select *", "users", "accounts"))
+    text = guard.call("op2", {"n": 1}).text
+    assert "UPDATE" not in text and "SET name" not in text
+    assert "failed" in Redactor(scan_env=False).prose("please select a value from the list; failed")
+
+
+def test_failures_log_one_quiet_line_without_traceback_or_arguments(caplog: Any) -> None:
+    """A failing call logs one INFO line naming the tool and the exception type only."""
+    import logging
+
+    guard = Guard(secrets=[SECRET], scan_env_secrets=False)
+
+    @guard.tool
+    def boom(note: str) -> str:
+        raise RuntimeError(f"exploded with {note} and {SECRET}")
+
+    with caplog.at_level(logging.INFO, logger="toolfault"):
+        guard.call("boom", {"note": "visible-arg-value"})
+    records = [r for r in caplog.records if r.name == "toolfault"]
+    assert len(records) == 1 and records[0].levelno == logging.INFO
+    line = caplog.text
+    assert "RuntimeError" in line and "Traceback" not in line
+    assert "visible-arg-value" not in line and SECRET not in line
+
+
+def test_tracebacks_when_asked_are_redacted(caplog: Any) -> None:
+    """With the logger at DEBUG a traceback is kept, and secrets in it are still redacted."""
+    import logging
+
+    guard = Guard(secrets=[SECRET], scan_env_secrets=False)
+
+    @guard.tool
+    def boom(note: str) -> str:
+        raise RuntimeError(f"exploded with {SECRET.upper()}")
+
+    with caplog.at_level(logging.DEBUG, logger="toolfault"):
+        guard.call("boom", {"note": "x"})
+    assert "Traceback" in caplog.text and "RuntimeError" in caplog.text
+    assert SECRET.upper() not in caplog.text
+
+
+def test_ledger_and_store_hold_a_hash_not_the_idempotency_key(tmp_path: Any) -> None:
+    """The idempotency key is a stable hash: the key fields' values are not in the ledger or
+    the SQLite file."""
+    from toolfault.stores import SQLiteStore
+
+    db = tmp_path / "s.db"
+    guard = Guard(store=SQLiteStore(db), scan_env_secrets=False)
+
+    @guard.tool(side_effect=True, idempotency_key=["card"])
+    def charge(card: str, amount: int) -> str:
+        return "ok"
+
+    assert guard.call("charge", {"card": "4111-1111-1111-1111", "amount": 5}).ok
+    (entry,) = guard.ledger
+    assert entry.idempotency_key is not None and "4111" not in entry.idempotency_key
+    assert entry.idempotency_key.startswith("charge:") and len(entry.idempotency_key) == 39
+    guard.close()
+
+
+def test_trace_and_spans_carry_no_secret_in_any_form() -> None:
+    """The JSONL trace and OTel span attributes of a call with an upper-cased secret in an
+    unknown tool name and an argument hold no form of it."""
+    import io
+
+    out = io.StringIO()
+    guard = Guard(secrets=[SECRET], scan_env_secrets=False, trace=out, capture_content=True)
+    guard.call(f"x_{SECRET.upper()}", {"note": SECRET.lower()})
+    assert SECRET.lower() not in out.getvalue().lower()

@@ -38,3 +38,34 @@ def test_lint_passes_on_the_builtin_catalog_without_a_vocabulary(monkeypatch: An
 def test_estimate_counts_every_kind_of_character(text: str) -> None:
     """Non-ASCII characters, punctuation and digits all cost tokens in the estimate."""
     assert estimate_tokens(text) >= count_tokens(text) * 0.9
+
+
+@pytest.mark.parametrize("reason", [
+    "x" * 5_000, "字" * 3_000, "🙂" * 2_000, "é" * 4_000, "- " * 3_000,
+    "the quantity must be " + "very " * 800 + "small",
+])
+def test_every_failure_message_fits_the_token_budget(reason: str) -> None:
+    """Very long reasons, next actions and arguments (repeated characters, CJK, emoji) are
+    cut with an ellipsis so the message stays within the catalog's token budget."""
+    from toolfault import Guard, ToolError
+
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def order(item: str, qty: int) -> str:
+        raise ToolError("invalid_argument", reason, next_action=reason)
+
+    @guard.tool
+    def crash(item: str) -> str:
+        raise ValueError(reason)
+
+    budget = guard.catalog.token_budget
+    for name, args in (("order", {"item": reason, "qty": 1}), ("crash", {"item": reason}),
+                       ("crash", {reason[:500]: reason}), (reason[:300], {"a": reason})):
+        for _ in range(3):  # the terminal message too
+            result = guard.call(name, args)
+            assert count_tokens(result.text) <= budget, result.text
+            assert result.text.count("\n") >= 2
+        guard.new_turn()
+    cut = guard.call("order", {"item": "a", "qty": 1})
+    assert "…" in cut.text and cut.data["detail"].endswith("….")

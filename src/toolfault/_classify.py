@@ -20,8 +20,13 @@ from toolfault._errors import FailureClass, Outcome, ToolError
 #: Exceptions raised before a request left the machine: the effect surely did not land.
 _BEFORE_DISPATCH = {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "InvalidURL"}
 #: Exception texts that speak the infrastructure's language, never the operation's.
-_INFRA_TEXT = re.compile(r"Traceback \(most recent|^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b|"
-                         r"\bFROM\s+\w+\s+WHERE\b|File \"", re.IGNORECASE)
+#: SQL anywhere in the text counts (bounded scans keep this linear on hostile input).
+_INFRA_TEXT = re.compile(
+    r"Traceback \(most recent|File \"|(?i:^\s*(?:SELECT|INSERT|UPDATE|DELETE|WITH)\b)|"
+    r"\b(?:SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|DROP|ALTER|TRUNCATE|MERGE)\b"
+    r"[^\n;]{0,300}?\b(?:FROM|INTO|SET|TABLE|WHERE|VALUES|JOIN)\b|"
+    r"(?i:\bselect\s++\*\s++from\b|\binsert\s++into\s|\bdelete\s++from\s|"
+    r"\bfrom\s++\w++\s++where\b|\bupdate\s++\w++\s++set\s)")
 #: Rows whose exception text is the operation's own words, not the infrastructure's.
 _TEXT_IS_REASON = {"invalid_argument", "not_found", "conflict"}
 
@@ -103,6 +108,15 @@ def _http_status(exc: BaseException) -> tuple[int, float | None] | None:
     return status, retry_after
 
 
+def _text_of(exc: BaseException) -> str:
+    """An exception's text, or nothing when its ``__str__`` is hostile (raises, not a str)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - any exception a tool raised may misbehave
+        return ""
+    return text.strip().strip("'\"") if isinstance(text, str) else ""
+
+
 def from_exception(
     exc: BaseException, catalog: Catalog, *, tool: str, side_effect: bool
 ) -> Failure:
@@ -110,7 +124,10 @@ def from_exception(
     if isinstance(exc, ToolError):
         return from_tool_error(exc, catalog)
     names = {k.__name__ for k in type(exc).__mro__}
-    http = _http_status(exc)
+    try:
+        http = _http_status(exc)
+    except Exception:  # noqa: BLE001 - a hostile ``response`` attribute is no status
+        http = None
     if http is not None:
         status, retry_after = http
         by_status = catalog.for_status(status) or catalog.get("internal_error")
@@ -133,7 +150,7 @@ def from_exception(
         names & _BEFORE_DISPATCH
     ):
         outcome = Outcome.UNKNOWN
-    text = str(exc).strip().strip("'\"")
+    text = _text_of(exc)
     if entry.code in _TEXT_IS_REASON and text.strip(" .") and not _INFRA_TEXT.search(text):
         reason = text[:240]
     elif entry.code == "timeout":

@@ -30,6 +30,7 @@ def example_message(catalog: Catalog, entry: CatalogEntry) -> str:
         raise ToolError(entry.code, "<reason, in the operation's terms>")
 
     guard.tool(name=EXAMPLE_TOOL)(example_tool)
+    guard._cut_to_budget = False  # the lint measures the template as written, uncut
     return guard.call(EXAMPLE_TOOL, dict(EXAMPLE_ARGS)).text
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import inspect
 import json
 import logging
@@ -57,14 +58,21 @@ class EffectsMixin:
         def _pool(self, purpose: str = "checks") -> concurrent.futures.ThreadPoolExecutor: ...
 
     def _idempotency_key(self, call: _Call) -> str:
+        """A stable hash of the key material: ledgers and stores never hold argument values.
+
+        ``tool:`` plus 32 hex digits of SHA-256 over the material (the key fields' values,
+        the user's key function's result, or the fingerprint), the same in every process.
+        """
         spec = call.spec
         assert spec is not None
+        material = f"{spec.name}:{call.fp}"
         if spec.idempotency_key is not None:
             try:
-                return str(spec.idempotency_key(call.kwargs or call.args))
+                material = str(spec.idempotency_key(call.kwargs or call.args))
             except Exception:
                 pass
-        return f"{spec.name}:{call.fp}"
+        digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{spec.name}:{digest[:32]}"
 
     def _pending_effect(self, call: _Call) -> LedgerEntry | None:
         """The key's latest entry, when its effect may stand in the way of a new dispatch.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import copy
 import difflib
 import hashlib
@@ -51,10 +52,16 @@ from toolfault._errors import (
 from toolfault._fingerprint import NormalizeSpec, fingerprint
 from toolfault._jsontext import prebuilt_encoder
 from toolfault._limits import Limits
-from toolfault._message import echo_args, format_seconds, render_error, render_terminal
+from toolfault._message import (
+    echo_args,
+    fit_to_budget,
+    format_seconds,
+    render_error,
+    render_terminal,
+)
 from toolfault._progress import _BREAK, Progress, TurnState, repeats
 from toolfault._records import Incident, IncidentKind, LedgerEntry
-from toolfault._redact import REDACTED, Redactor
+from toolfault._redact import LOG_FILTER, REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolContext, ToolResult
 from toolfault._returned import default_error_result
 from toolfault._state import Admission, CallKey, DegradingStore, MemoryStore, Store
@@ -69,10 +76,16 @@ from toolfault._tool import (
 
 log = logging.getLogger("toolfault")
 log.addHandler(logging.NullHandler())
+log.addFilter(LOG_FILTER)  # the single exit of the log channel: redacted, no traceback
+
+#: Seconds a whole call may take by default, retries, waits and checks included.
+DEFAULT_DEADLINE = 120.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 Mode = Literal["observe", "shape", "enforce"]
 _UNSET: Any = object()
+#: How long past the deadline ``acall`` waits for the guard's own bookkeeping.
+_DEADLINE_GRACE = 1.0
 _NOT_JSON = object()
 _MAX_JSON_CHARS = 2_000_000
 def _reject_constant(name: str) -> Any:
@@ -107,9 +120,27 @@ class Guard(EffectsMixin, BudgetMixin):
         scan_env_secrets: bool = True,
         sleep: Callable[[float], None] | None = None,
         clock: Callable[[], float] | None = None,
+        deadline: float | None = DEFAULT_DEADLINE,
+        isolate_sync_tools: bool = False,
+        log_tracebacks: bool = False,
     ) -> None:
         if mode not in ("observe", "shape", "enforce"):
             raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
+        if deadline is not None and not deadline > 0:
+            raise ConfigurationError("deadline must be a positive number of seconds or None")
+        #: No call takes longer than this: retries, backoff, postconditions, async tools,
+        #: sync tools given ``timeout=`` and sync tools under :meth:`acall` are all bounded by
+        #: it; a tool still running then is abandoned (in its worker thread) and the model is
+        #: told it timed out (``Effect: unknown`` for side effects).
+        self.deadline = deadline
+        #: A sync tool without ``timeout=`` runs on the caller's thread under :meth:`call`
+        #: (its thread-locals, e.g. a ``sqlite3`` connection, keep working, and a success
+        #: costs no thread hop), so only its own return can end it.  ``True`` runs every
+        #: sync tool in a worker thread, so the deadline bounds even a body that never returns.
+        self.isolate_sync_tools = isolate_sync_tools
+        self._cut_to_budget = True
+        if log_tracebacks:  # tracebacks are for engineers who ask; still redacted
+            LOG_FILTER.tracebacks = True
         self.limits = limits or Limits()
         base = Catalog.default()
         if isinstance(catalog, (str, Path)):
@@ -129,7 +160,7 @@ class Guard(EffectsMixin, BudgetMixin):
         self._observers: list[Callable[[_trace.CallEvent], None]] = list(observers)
         self._sink: _trace.JsonlSink | None = None
         if trace is not None:
-            self._sink = _trace.JsonlSink(trace)
+            self._sink = _trace.JsonlSink(trace, redact=self.redactor.secrets)
             self._observers.append(self._sink)
         self._sleep = sleep or time.sleep
         #: Seconds for expiring blocks (``Limits.block_seconds``); injectable for tests.
@@ -317,7 +348,19 @@ class Guard(EffectsMixin, BudgetMixin):
 
     # -- the call ------------------------------------------------------------------------
     def call(self, name: str, args: Any = None, *, call_id: str | None = None) -> ToolResult:
-        """Run one tool call (dict or raw JSON string arguments); never raises."""
+        """Run one tool call (dict or raw JSON string arguments); never raises.
+
+        Only ``KeyboardInterrupt`` and ``SystemExit`` propagate; anything else, whatever the
+        tool raised or the guard tripped on, comes back as a shaped result.
+        """
+        try:
+            return self._call(name, args, call_id)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return self._last_resort(name, args, call_id, exc)
+
+    def _call(self, name: str, args: Any, call_id: str | None) -> ToolResult:
         spec = self._tools.get(name) if type(name) is str else None
         if spec is not None and spec.plain and type(args) is dict and \
                 (call_id is None or type(call_id) is str) and self._fast_ready():
@@ -343,7 +386,7 @@ class Guard(EffectsMixin, BudgetMixin):
             return self._safe_emit(call, self._crash(call, exc))
         finally:
             if call.held or call.reserved is not None or call.entered:
-                self._release(call)
+                self._quiet_release(call)
 
     def _fast_ready(self) -> bool:
         """No budgets, local state, enforce mode, and no failure yet in this turn."""
@@ -381,9 +424,12 @@ class Guard(EffectsMixin, BudgetMixin):
         started = time.monotonic()
         cid = call_id or _new_call_id()
         try:
-            value = spec.fn(**kwargs)
+            if self.deadline is None or not self.isolate_sync_tools:
+                value = spec.fn(**kwargs)
+            else:
+                value = self._bounded(spec.fn, kwargs, self.deadline, spec.name)
             if hasattr(value, "__await__"):  # an async tool behind a plain decorator
-                value = _run_coroutine(value)
+                value = _run_coroutine(value, timeout=self.deadline)
         except Exception as exc:
             return self._fast_fallback(spec, args, kwargs, cid, started, exc=exc)
         except BaseException as exc:
@@ -461,7 +507,23 @@ class Guard(EffectsMixin, BudgetMixin):
 
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:
-        """Async twin of :meth:`call`; sync tools run in a worker thread."""
+        """Async twin of :meth:`call`; sync tools run in a worker thread.
+
+        Never raises but ``KeyboardInterrupt``, ``SystemExit`` and cancellation of the
+        awaiting task (reservations are released on the way out).  Past the guard's
+        deadline the call is cancelled and answered as timed out.
+        """
+        try:
+            if self.deadline is None:
+                return await self._acall(name, args, call_id)
+            return await asyncio.wait_for(self._acall(name, args, call_id),
+                                          self.deadline + _DEADLINE_GRACE)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
+                raise
+            return self._last_resort(name, args, call_id, exc)
+
+    async def _acall(self, name: str, args: Any, call_id: str | None) -> ToolResult:
         call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
             _name_call(call, name, call_id)
@@ -472,9 +534,93 @@ class Guard(EffectsMixin, BudgetMixin):
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
                 raise
-            return self._emit(call, self._crash(call, exc))
+            return self._safe_emit(call, self._crash(call, exc))
         finally:
+            self._quiet_release(call)
+
+    def _quiet_release(self, call: _Call) -> None:
+        """Settle reservations and keys; a store error here must not become a raise."""
+        try:
             self._release(call)
+        except Exception:  # noqa: BLE001 - leases and key TTLs are the backstop
+            log.info("toolfault could not release a reservation for %s", call.name)
+
+    def _last_resort(self, name: object, args: Any, call_id: str | None,
+                     exc: BaseException) -> ToolResult:
+        """The answer when even the guard's own error path failed: shaped, never raised."""
+        timed_out = isinstance(exc, TimeoutError)
+        try:
+            shown = self._safe_name(name if isinstance(name, str) else str(name))
+        except Exception:  # noqa: BLE001 - a hostile name object
+            shown = "unnamed_tool"
+        spec = self._tools.get(name) if isinstance(name, str) else None
+        side_effect = bool(spec and spec.side_effect)
+        try:
+            args_text = echo_args(self.redactor.value(args if isinstance(args, (dict, list))
+                                                      else str(args)[:2_000]))
+        except Exception:  # noqa: BLE001
+            args_text = "{}"
+        code = "timeout" if timed_out else "internal_error"
+        outcome = Outcome.UNKNOWN if (side_effect or timed_out) else Outcome.NO_EFFECT
+        reason = (f"{shown} did not finish within the deadline of "
+                  f"{format_seconds(self.deadline or 0)}" if timed_out
+                  else f"{shown} hit an internal error and did not complete")
+        log.warning("toolfault answered %s for %s (%s)", code, shown, type(exc).__name__)
+        try:
+            rendered = render_error(
+                tool=shown, code=code, reason=reason, args_text=args_text, outcome=outcome,
+                retryable=False, retry_after=None,
+                next_action="stop and report this failure to the user",
+            )
+            text, problem = fit_to_budget(self.redactor.secrets(rendered.text),
+                                          self.redactor.value(rendered.problem),
+                                          self.catalog.token_budget, count_tokens)
+        except Exception:  # noqa: BLE001
+            text, problem = f"{shown} failed (code: {code}).", {"code": code}
+        info = FailureInfo(code=code, outcome=outcome, cause=exc)
+        return ToolResult(shown, False, text, problem, 0, call_id or "", info, "")
+
+    def _safe_name(self, name: str) -> str:
+        """A tool name safe to echo and trace: identifier characters, no secret in any form."""
+        return self.redactor.secrets(_display_name(self.redactor.secrets(name[:4_000])))
+
+    def _left(self, call: _Call) -> float | None:
+        """Seconds left before the call's deadline (``None``: no deadline)."""
+        if self.deadline is None:
+            return None
+        return self.deadline - (time.monotonic() - call.started)
+
+    def _out_of_time(self, call: _Call) -> bool:
+        left = self._left(call)
+        return left is not None and left <= 0.05
+
+    def _limit(self, call: _Call, timeout: float | None) -> float | None:
+        """The wait for one attempt: the tool's own timeout within the call's deadline."""
+        left = self._left(call)
+        if left is None:
+            return timeout
+        left = max(left, 0.0)
+        return left if timeout is None else min(timeout, left)
+
+    def _bounded(self, fn: Callable[..., Any], kwargs: dict[str, Any], limit: float,
+                 name: str, call: _Call | None = None) -> Any:
+        """Run a sync tool in a worker thread for at most ``limit`` seconds.
+
+        A tool still running then is abandoned in its thread (it may yet finish); the
+        caller gets a ``TimeoutError`` and shapes it.
+        """
+        if limit <= 0:
+            raise TimeoutError(f"{name} timed out")
+        context = contextvars.copy_context()
+        future = self._pool("tools").submit(context.run, _in_thread, fn, kwargs)
+        try:
+            return future.result(timeout=limit)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the tool's own TimeoutError, or an answer just in time
+                return future.result()
+            if not future.cancel() and call is not None:
+                call.orphan = future  # it started and is still running: it may yet land
+            raise TimeoutError(f"{name} timed out after {limit:.3g}s") from None
 
     def shape(self, name: str, args: Any, error: BaseException, *,
               call_id: str | None = None) -> ToolResult:
@@ -569,7 +715,7 @@ class Guard(EffectsMixin, BudgetMixin):
     def _prepare_until_effects(self, call: _Call) -> ToolResult | None:
         spec = self._tools.get(call.name)
         if spec is None:
-            call.name = _display_name(call.name)
+            call.name = self._safe_name(call.name)
         args = self._parse(call)
         if self._progress.halted and self.mode == "enforce":
             halted = self._still_halted(call, spec, args)
@@ -755,22 +901,19 @@ class Guard(EffectsMixin, BudgetMixin):
         kwargs = call.kwargs
         if spec.context_param is not None:
             kwargs = {**kwargs, spec.context_param: self._context(call)}
+        limit = self._limit(call, spec.timeout)
+        if limit is not None and limit <= 0:
+            raise TimeoutError(f"{spec.name} ran out of time")
         if spec.is_async:
-            return _run_coroutine(spec.fn(**kwargs), timeout=spec.timeout)
-        if spec.timeout is None:
-            value = spec.fn(**kwargs)
+            return _run_coroutine(spec.fn(**kwargs), timeout=limit)
+        if limit is None or (spec.timeout is None and not self.isolate_sync_tools):
+            value = spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
             if hasattr(value, "__await__"):  # an async tool behind a plain decorator
-                value = _run_coroutine(value)
+                value = _run_coroutine(value, timeout=limit)
             return value
-        future = self._pool("tools").submit(_in_thread, spec.fn, kwargs)
-        try:
-            value = future.result(timeout=spec.timeout)
-        except concurrent.futures.TimeoutError:
-            if not future.cancel():  # it started and is still running: it may yet land
-                call.orphan = future
-            raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+        value = self._bounded(spec.fn, kwargs, limit, spec.name, call)
         if hasattr(value, "__await__"):
-            value = _run_coroutine(value, timeout=spec.timeout)
+            value = _run_coroutine(value, timeout=self._limit(call, spec.timeout))
         return value
 
     async def _invoke_async(self, call: _Call) -> Any:
@@ -781,29 +924,34 @@ class Guard(EffectsMixin, BudgetMixin):
         kwargs = call.kwargs
         if spec.context_param is not None:
             kwargs = {**kwargs, spec.context_param: self._context(call)}
+        limit = self._limit(call, spec.timeout)
+        if limit is not None and limit <= 0:
+            raise TimeoutError(f"{spec.name} ran out of time")
         if spec.is_async:
             try:
-                if spec.timeout is None:
+                if limit is None:
                     return await spec.fn(**kwargs)
-                return await asyncio.wait_for(spec.fn(**kwargs), spec.timeout)
+                return await asyncio.wait_for(spec.fn(**kwargs), limit)
             except TimeoutError:
-                raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+                raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
+        context = contextvars.copy_context()
         future = self._pool("tools" if spec.timeout is not None else "async").submit(
-            _in_thread, spec.fn, kwargs)
+            context.run, _in_thread, spec.fn, kwargs)
         try:
-            value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
-                                           spec.timeout)
+            value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
         except TimeoutError:
+            if future.done():  # the tool's own TimeoutError
+                raise
             if not future.cancel():
                 call.orphan = future
-            raise TimeoutError(f"{spec.name} timed out after {spec.timeout}s") from None
+            raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
         except asyncio.CancelledError:
             # The caller gave up, the thread did not: the key stays held until it ends.
             if not future.cancel():
                 call.orphan = future
             raise
         if hasattr(value, "__await__"):
-            value = await asyncio.wait_for(value, spec.timeout)
+            value = await asyncio.wait_for(value, self._limit(call, spec.timeout))
         return value
 
     def _pool(self, purpose: str = "checks") -> concurrent.futures.ThreadPoolExecutor:
@@ -843,8 +991,9 @@ class Guard(EffectsMixin, BudgetMixin):
         assert call.spec is not None
         failure = from_exception(exc, self.catalog, tool=call.name,
                                  side_effect=call.spec.side_effect)
-        if failure.code == "internal_error" and not isinstance(exc, ToolError):
-            log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=exc)
+        # One quiet line per failure; the traceback only when asked (see RedactingFilter).
+        log.info("tool %s raised %s (code %s)", call.name, type(exc).__name__, failure.code,
+                 exc_info=exc)
         return failure
 
     def _wait(self, state: RetryCallState) -> float:
@@ -885,11 +1034,11 @@ class Guard(EffectsMixin, BudgetMixin):
         """Classify, verify an uncertain effect, and ask for a retry when it is transient."""
         failure = self._classify(call, exc)
         if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
-                and self.mode == "enforce":
+                and self.mode == "enforce" and not self._out_of_time(call):
             running = _running(call)  # before the check: it may end while the check runs
             failure = self._verified(failure, self._run_postcondition_sync(call), call,
                                      running)
-        if self._should_retry_failure(failure):
+        if self._should_retry_failure(failure) and not self._out_of_time(call):
             raise _Retry(failure) from exc
         return failure
 
@@ -899,11 +1048,11 @@ class Guard(EffectsMixin, BudgetMixin):
         except Exception as exc:
             failure = self._classify(call, exc)
             if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
-                    and self.mode == "enforce":
+                    and self.mode == "enforce" and not self._out_of_time(call):
                 running = _running(call)
                 failure = self._verified(failure, await self._run_postcondition_async(call),
                                          call, running)
-            if self._should_retry_failure(failure):
+            if self._should_retry_failure(failure) and not self._out_of_time(call):
                 raise _Retry(failure) from exc
             return failure
         return self._outcome_of(call, value) or _Value(value)
@@ -918,10 +1067,11 @@ class Guard(EffectsMixin, BudgetMixin):
     def _retry_loop_sync(self, call: _Call, retry: _Retry) -> _Value | Failure:
         """Further attempts of a transient failure, waiting with tenacity between them."""
         try:
-            for attempt in Retrying(sleep=self._sleep, **self._retrying_kwargs()):
+            sleep = self._clamped_sleep(call)
+            for attempt in Retrying(sleep=sleep, **self._retrying_kwargs()):
                 with attempt:
                     if attempt.retry_state.attempt_number == 1:
-                        self._sleep(self._wait_first(retry.failure))
+                        sleep(self._wait_first(retry.failure))
                     done: _Value | Failure = self._attempt_sync(call)
                     return done
         except _Retry as exhausted:
@@ -933,16 +1083,40 @@ class Guard(EffectsMixin, BudgetMixin):
             first = await self._attempt_async(call)
         except _Retry as retry:
             try:
-                async for attempt in AsyncRetrying(sleep=_async_sleep(self._sleep),
-                                                   **self._retrying_kwargs()):
+                sleep = self._async_clamped_sleep(call)
+                async for attempt in AsyncRetrying(sleep=sleep, **self._retrying_kwargs()):
                     with attempt:
                         if attempt.retry_state.attempt_number == 1:
-                            await _async_sleep(self._sleep)(self._wait_first(retry.failure))
+                            await sleep(self._wait_first(retry.failure))
                         return await self._attempt_async(call)
             except _Retry as exhausted:
                 return exhausted.failure
             return retry.failure
         return first
+
+    def _clamped_sleep(self, call: _Call) -> Callable[[float], None]:
+        """The guard's sleep, never past the call's deadline (the next attempt then times
+        out at once and the failure is answered)."""
+        base = self._sleep
+        if self.deadline is None:
+            return base
+
+        def sleep(seconds: float) -> None:
+            left = self._left(call) or 0.0
+            base(max(0.0, min(seconds, left)))
+
+        return sleep
+
+    def _async_clamped_sleep(self, call: _Call) -> Callable[[float], Awaitable[None]]:
+        base = _async_sleep(self._sleep)
+        if self.deadline is None:
+            return base
+
+        async def sleep(seconds: float) -> None:
+            left = self._left(call) or 0.0
+            await base(max(0.0, min(seconds, left)))
+
+        return sleep
 
     def _wait_first(self, failure: Failure) -> float:
         backoff = self.limits.backoff
@@ -1122,6 +1296,9 @@ class Guard(EffectsMixin, BudgetMixin):
             next_action = fill(entry.next_action, values)
         next_action = _without(self.redactor.prose(next_action.rstrip(". "), allow=allow),
                                hidden)
+        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
+            next_action = fill(entry.next_action, values).rstrip(". ") or \
+                "stop and report this failure to the user"
         mentioned = [a for a in alternatives if a.name in next_action]
         extra = [a for a in alternatives if a not in mentioned]
         if extra and failure.outcome is not Outcome.APPLIED:
@@ -1204,7 +1381,7 @@ class Guard(EffectsMixin, BudgetMixin):
 
     def _pack(self, call: _Call, failure: Failure) -> str:
         param = failure.param or self._param_in(call, failure.reason)
-        return f"{failure.code}:{param}" if param else failure.code
+        return f"{failure.code}:{self.redactor.secrets(param)[:200]}" if param else failure.code
 
     def _blocked(self, call: _Call, adm: Admission) -> ToolResult:
         key = call.key
@@ -1424,7 +1601,7 @@ class Guard(EffectsMixin, BudgetMixin):
         try:
             return self._crash_result(call, exc)
         except Exception:  # noqa: BLE001 - the last line of defence must not raise
-            name = _display_name(call.name)
+            name = _display_name(self.redactor.secrets(call.name))
             text = (f"{name} failed (code: internal_error).\n"
                     f"Reason: {name} hit an internal error and did not complete.\n"
                     "Rejected arguments: {}.\n"
@@ -1436,7 +1613,8 @@ class Guard(EffectsMixin, BudgetMixin):
                               call.call_id, info, "")
 
     def _crash_result(self, call: _Call, exc: BaseException) -> ToolResult:
-        log.error("toolfault internal error while guarding %s", call.name, exc_info=exc)
+        log.warning("toolfault internal error while guarding %s (%s)", call.name,
+                    type(exc).__name__, exc_info=exc)
         failure = from_entry(self.catalog.get("internal_error"),
                              f"{call.name} hit an internal error and did not complete",
                              cause=exc)
@@ -1450,9 +1628,29 @@ class Guard(EffectsMixin, BudgetMixin):
         try:
             return self._emit(call, result)
         except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
+            try:
+                return self._seal(result)
+            except Exception:  # noqa: BLE001
+                return result
+
+    def _seal(self, result: ToolResult) -> ToolResult:
+        """The single exit of a shaped failure: one redaction pass over the name, the text and
+        the data (every form of every secret), and the message cut to the token budget."""
+        if result.ok:
+            return result  # a success's text and data were redacted as one in _success_text
+        redactor = self.redactor
+        text, data = redactor.secrets(result.text), redactor.value(result.data)
+        if not isinstance(data, dict):
+            data = {"detail": data}
+        if self._cut_to_budget and self.mode != "observe":  # observe passes raw text on
+            text, data = fit_to_budget(text, data, self.catalog.token_budget, count_tokens)
+        tool = redactor.secrets(result.tool)
+        if text == result.text and tool == result.tool and data == result.data:
             return result
+        return replace(result, tool=tool, text=text, data=data)
 
     def _emit(self, call: _Call, result: ToolResult) -> ToolResult:
+        result = self._seal(result)
         if not self._observers and not _trace.tracing_active():
             return result
         event = _trace.CallEvent(
@@ -1465,11 +1663,12 @@ class Guard(EffectsMixin, BudgetMixin):
             else None,
             side_effect=bool(call.spec and call.spec.side_effect),
             duration_s=time.monotonic() - call.started,
-            shadow=dict(call.shadow) if call.shadow else None,
+            shadow=self.redactor.value(dict(call.shadow)) if call.shadow else None,
             at=time.time(),
         )
         if _trace.tracing_active():
-            content = json.dumps(event.args, default=str) if self.capture_content else None
+            content = self.redactor.secrets(json.dumps(event.args, default=str)) \
+                if self.capture_content else None
             span = _trace.start_tool_span(result.tool, result.call_id, content=content)
             adm = call.admission
             budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend} \

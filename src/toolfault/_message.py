@@ -7,7 +7,7 @@ the docs generator and the lint all render through it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,11 @@ def echo_args(args: Any, *, max_chars: int = MAX_ARGS_CHARS) -> str:
     except (TypeError, ValueError, RecursionError):
         text = json.dumps(repr(args)[:max_chars])
     if len(text) > max_chars:
-        text = f"{text[:max_chars - 40]}…(truncated, {len(text)} chars in all)"
+        note = f"…(truncated, {len(text)} chars in all)"
+        if max_chars - len(note) >= 8:
+            text = f"{text[:max_chars - len(note)]}{note}"
+        else:
+            text = f"{text[:max(1, max_chars - 1)]}…"
     return text
 
 
@@ -111,10 +115,14 @@ def render_error(
 ) -> Rendered:
     """The four-part message (code, reason, rejected arguments, effect + verdict, next action)."""
     said = verdict(outcome, retryable, retry_after)
+    # Never an empty part: the shape is the contract even when a tool said nothing.
+    reason = reason if sentence(reason) else f"{tool} failed"
+    next_action = next_action if sentence(next_action) else \
+        "stop and report this failure to the user"
     text = (
         f"{tool} failed (code: {code}).\n"
         f"Reason: {sentence(reason)}\n"
-        f"Rejected arguments: {args_text}.\n"
+        f"Rejected arguments: {args_text or '{}'}.\n"
         f"Effect: {EFFECT_WORD[outcome]}. {said}\n"
         f"Next action: {sentence(next_action)}"
     )
@@ -173,3 +181,73 @@ def render_terminal(
     if blocked_for:
         problem["retry_after"] = blocked_for
     return Rendered(text, problem)
+
+
+#: Labels of the lines a message may cut, most expendable first, and their problem fields.
+_CUTTABLE = (("Rejected arguments: ", "rejected_arguments"), ("Reason: ", "detail"),
+             ("Next action: ", "next_action"))
+ELLIPSIS = "…"
+
+
+def shorten(text: str, fits: Callable[[str], bool]) -> str:
+    """The longest prefix of ``text`` that, ending in an ellipsis, still ``fits``.
+
+    Cut at a word boundary when one is near, counted by the caller (in tokens), so runs of
+    one repeated character and CJK text are cut as surely as words.
+    """
+    if fits(text):
+        return text
+    text = text[:4_000]
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(text[:mid].rstrip() + ELLIPSIS):
+            low = mid
+        else:
+            high = mid - 1
+    head = text[:low]
+    space = head.rfind(" ")
+    if space >= max(1, low - 12) and fits(head[:space].rstrip() + ELLIPSIS):
+        head = head[:space]
+    return head.rstrip() + ELLIPSIS
+
+
+def fit_to_budget(text: str, problem: dict[str, Any], budget: int,
+                  count: Callable[[str], int]) -> tuple[str, dict[str, Any]]:
+    """A message cut to ``budget`` tokens, line by line, keeping its four-part shape.
+
+    The rejected arguments go first, then the reason, then the next action; each cut line
+    ends in an ellipsis and a full stop, and the structured twin carries the same words.
+    """
+    if count(text) <= budget:
+        return text, problem
+    lines = text.split("\n")
+    problem = dict(problem)
+    for label, field in _CUTTABLE:
+        index = next((i for i, line in enumerate(lines) if line.startswith(label)), None)
+        if index is None:
+            continue
+        body = lines[index][len(label):].rstrip(".")
+        others = count("\n".join(lines[:index] + lines[index + 1:]))
+        room = budget - others - count(label) - 1
+        for _ in range(3):  # token counts of joined lines differ a little from the parts
+            new = ELLIPSIS if room <= 0 else shorten(body, _within(count, room, "."))
+            lines[index] = f"{label}{new}."
+            over = count("\n".join(lines)) - budget
+            if over <= 0 or room <= 0:
+                break
+            room -= over
+        if field in problem and isinstance(problem[field], str):
+            problem[field] = new if field == "rejected_arguments" else f"{new}."
+        if count("\n".join(lines)) <= budget:
+            break
+    text = "\n".join(lines)
+    if count(text) > budget:  # a very long tool name or verdict: cut every line
+        per = max(4, budget // max(1, len(lines)))
+        lines = [shorten(line, _within(count, per, "")) for line in lines]
+        text = "\n".join(line if line.endswith(".") else line + "." for line in lines)
+    return text, problem
+
+
+def _within(count: Callable[[str], int], room: int, tail: str) -> Callable[[str], bool]:
+    return lambda body: count(body + tail) <= room

@@ -1,17 +1,28 @@
 """Keeping secrets and internal identifiers out of what reaches a model provider.
 
-Every string toolfault emits (message text, structured problem, JSONL trace) passes through
-a :class:`Redactor`.  It removes registered secret values, values of secret-looking
-environment variables, well-known key and token shapes, and values under secret-looking
-argument names, and it replaces file paths, hosts and addresses with neutral words.
+Every string toolfault emits (message text, structured problem, JSONL trace, spans, logs,
+ledger) passes through a :class:`Redactor`.  It removes registered secret values and values
+of secret-looking environment variables in the forms they travel in (plain, base64,
+URL-encoded, JSON-escaped, upper- or lower-cased, split across lines), well-known key and
+token shapes, and values under secret-looking argument names, and it replaces file paths,
+hosts, addresses and SQL with neutral words.
+
+Every pattern here runs in linear time: each one starts only at the beginning of a run of
+the characters it consumes (a one-character lookbehind), consumes possessively, and bounds
+any lazy scan, so a hostile 1 MB argument costs a pass over it, not a pass per character.
 """
 
 from __future__ import annotations
 
+import base64
+import bisect
 import functools
 import json
+import logging
 import os
 import re
+import urllib.parse
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,19 +31,24 @@ REDACTED = "[REDACTED]"
 #: Shapes of credentials that are secret wherever they appear.
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # No leading word boundary on purpose: "0sk-…" or "xAKIA…" must not slip through.
-    re.compile(r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}+"),
     re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}"),
-    re.compile(r"(?i:bearer\s+)[A-Za-z0-9._~+/\-]+=*"),
-    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}"),
-    re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
-    re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i:(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_\-.])*(?:api[_-]?key|access[_-]?key|"
-               r"token|secret|password|passwd)=)[^\s&;,]+"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
+    re.compile(r"(?i:bearer\s++)[A-Za-z0-9._~+/\-]++=*+"),
+    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}+"),
+    re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}+"),
+    # The header segment stops at the next "eyJ", so each character is scanned a bounded
+    # number of times however many "eyJ" a hostile string repeats.
+    re.compile(r"eyJ(?:(?!eyJ)[A-Za-z0-9_\-]){8,}+\.[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+"),
+    re.compile(r"(?i:(?<![A-Za-z0-9])(?:api[_-]?key|access[_-]?key|token|secret|password|"
+               r"passwd)=)[^\s&;,]++"),
+    # A key without its END line is redacted to the end of the text.
+    re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:(?!-----END )[\s\S])*+"
+               r"(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"),
 )
 
 # One pass for all shapes, behind a cheap literal gate (_may_hold_secret).
 _ANY_SECRET = re.compile("|".join(f"(?:{p.pattern})" for p in SECRET_PATTERNS))
+
 
 def _may_hold_secret(text: str) -> bool:
     """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
@@ -43,19 +59,39 @@ def _may_hold_secret(text: str) -> bool:
     )
 
 
-#: Internal identifiers that say nothing useful to a model: paths, URLs with hosts, addresses.
-INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b[a-z][a-z0-9+.\-]*://[^\s'\"<>]+"), "[url]"),
+_INTERNAL_TLDS = ("internal", "local", "lan", "corp", "svc")
+
+
+def _dotted(match: re.Match[str]) -> str:
+    """A dotted name is a host when it ends in an internal suffix or looks like an FQDN."""
+    text = match.group(0)
+    parts = text.split(".")
+    last = parts[-1]
+    if len(parts) >= 2 and last.lower() in _INTERNAL_TLDS:
+        return "[host]"
+    if len(parts) >= 3 and len(last) >= 2 and last.isascii() and last.isalpha() and all(
+            p and p.isascii() and all(c.isalnum() or c == "-" for c in p) for p in parts):
+        return "[host]"
+    return text
+
+
+_SQL_WORDS = r"(?:SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|DROP|ALTER|TRUNCATE|MERGE|REPLACE)"
+
+#: Internal identifiers that say nothing useful to a model: paths, URLs, hosts, addresses, SQL.
+INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (re.compile(r"(?<![a-z0-9+.\-])[a-z][a-z0-9+.\-]*+://[^\s'\"<>]++", re.I), "[url]"),
+    (re.compile(r"\b" + _SQL_WORDS + r"\b[^\n;]{0,300}?\b(?:FROM|INTO|SET|TABLE|WHERE|"
+                r"VALUES|JOIN)\b[^\n;]*+"), "[query]"),
+    (re.compile(r"(?i:\bselect\s++\*\s++from\b|\b(?:insert\s++into|delete\s++from)\s++\w|"
+                r"\bupdate\s++[\w.\"`]++\s++set\s++\w)[^\n;]*+"), "[query]"),
     (re.compile(r"\[?\b[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}\]?(?::\d+)?", re.I), "[address]"),
-    (re.compile(r"\b(?=[\w.\-]*[A-Za-z])[\w\-]+(?:\.[\w\-]+)*:\d{2,5}\b"), "[host]"),
-    (re.compile(r"~/(?:[\w.\-]+/)*[\w.\-]+"), "[path]"),
-    (re.compile(r"(?<![\w/~])(?:[\w.\-]+/){2,}[\w.\-]+"), "[path]"),
-    (re.compile(r"\b(?:[a-z0-9\-]+\.){2,}[a-z]{2,}\b", re.I), "[host]"),
-    (re.compile(r"(?<![\w.])(?:/[\w.\-]+){2,}/?"), "[path]"),
-    (re.compile(r"\b[A-Za-z]:\\(?:[\w.\- ]+\\)*[\w.\- ]*"), "[path]"),
+    (re.compile(r"(?<![\w.\-])(?=[\d._\-]*+[^\W\d_])[\w.\-]++:\d{2,5}\b"), "[host]"),
+    (re.compile(r"~/[\w.\-]++(?:/[\w.\-]++)*+"), "[path]"),
+    (re.compile(r"(?<![\w.\-/~])[\w.\-]++(?:/[\w.\-]++){2,}+"), "[path]"),
+    (re.compile(r"(?<![\w.\-])[\w\-]++(?:\.[\w\-]++)++"), _dotted),
+    (re.compile(r"(?<![\w.\-/])(?:/[\w.\-]++){2,}+/?"), "[path]"),
+    (re.compile(r"\b[A-Za-z]:\\(?:[\w.\- ]++\\)*+[\w.\- ]*+"), "[path]"),
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "[address]"),
-    (re.compile(r"\b[\w\-]+(?:\.[\w\-]+)*\.(?:internal|local|lan|corp|svc|cluster\.local)\b"),
-     "[host]"),
 )
 
 _SECRET_WORDS = frozenset({
@@ -77,7 +113,7 @@ def is_secret_key(name: str) -> bool:
     Matched by name segment (``db_password``, ``apiKey``, ``X-Api-Key``), so ``passenger``,
     ``author`` and ``max_tokens`` stay visible to the model.
     """
-    raw = [p for p in re.split(r"[_\-.\s]+", _CAMEL.sub(r"\1_\2", name).lower()) if p]
+    raw = [p for p in re.split(r"[_\-.\s]+", _CAMEL.sub(r"\1_\2", name[:256]).lower()) if p]
     parts = [p[:-1] if len(p) > 3 and p.endswith("s") else p for p in raw]  # plurals
     for i, part in enumerate(parts):
         if part == "token" and i > 0 and parts[i - 1] in _TOKEN_COUNTERS:
@@ -91,42 +127,137 @@ def is_secret_key(name: str) -> bool:
 
 _is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
 
+#: What may sit between the characters of a secret split across lines: whitespace, and the
+#: escaped line breaks of JSON text.
+_SEPARATORS = re.compile(r"\s++|(?:\\[nrt])++")
+_MIN_ENCODED = 8
+
+
+def _skeleton(text: str) -> str:
+    """Lower-cased text without separators: the shape secrets are searched in."""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a few characters grow when lower-cased: ASCII only
+        lowered = text.translate(_ASCII_LOWER)
+    return _SEPARATORS.sub("", lowered)
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def _base64_cores(value: bytes) -> set[str]:
+    """The base64 characters of ``value`` that do not depend on its neighbours.
+
+    Encoded inside a longer byte string, ``value`` starts at one of three alignments; at each
+    the characters fully inside its bits are the same whatever surrounds it.
+    """
+    cores: set[str] = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\x00" * shift + value).decode().rstrip("=")
+        first = -(-shift * 8 // 6)
+        last = (shift + len(value)) * 8 // 6
+        core = encoded[first:last]
+        if len(core) >= _MIN_ENCODED:
+            cores.add(core)
+            cores.add(core.replace("+", "-").replace("/", "_"))
+    return cores
+
+
+def secret_forms(secret: str) -> set[str]:
+    """The forms a secret travels in: plain, JSON-escaped, URL-encoded and base64."""
+    forms = {secret}
+    # JSON-escaped, also twice (a JSON string inside a JSON text, as in a returned payload).
+    for _ in range(2):
+        forms |= {json.dumps(form, ensure_ascii=flag)[1:-1] for form in list(forms)
+                  for flag in (False, True)}
+    for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret),
+                   urllib.parse.quote_plus(secret)):
+        forms.add(quoted)
+    raw = secret.encode("utf-8", "surrogatepass")
+    forms |= _base64_cores(raw)
+    return forms
+
 
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("_secrets", "_secrets_re")
+    __slots__ = ("__weakref__", "_forms", "_secrets")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
         self._secrets: set[str] = set()
-        self._secrets_re: re.Pattern[str] | None = None
+        self._forms: tuple[str, ...] = ()
         values = list(secrets)
         if scan_env:
             values.extend(
                 v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8
             )
         self.add(*values)
+        _LIVE.add(self)
 
     def add(self, *secrets: str) -> None:
-        """Register secret values that must never appear in any emitted text."""
-        fresh = {s for s in secrets if isinstance(s, str) and len(s) >= 4}
-        # The forms a value takes inside JSON text too, since results are redacted as text.
-        fresh |= {json.dumps(s, ensure_ascii=ascii_only)[1:-1] for s in fresh
-                  for ascii_only in (False, True)}
-        if not fresh - self._secrets:
+        """Register secret values that must never appear in any emitted text, in any form."""
+        fresh = {s for s in secrets if isinstance(s, str) and len(s) >= 4} - self._secrets
+        if not fresh:
             return
         self._secrets |= fresh
-        ordered = sorted(self._secrets, key=len, reverse=True)
-        self._secrets_re = re.compile("|".join(re.escape(s) for s in ordered))
+        forms = set(self._forms)
+        for secret in fresh:
+            for form in secret_forms(secret):
+                skeleton = _skeleton(form)
+                if len(skeleton) >= 4:
+                    forms.add(skeleton)
+        # Longest first, so a longer form is replaced before a shorter one inside it.
+        self._forms = tuple(sorted(forms, key=len, reverse=True))
+
+    def _registered(self, text: str) -> str:
+        """Replace registered secrets in any of their forms (see :func:`secret_forms`)."""
+        skeleton = _skeleton(text)
+        spans: list[tuple[int, int]] = []
+        for form in self._forms:
+            start = skeleton.find(form)
+            while start != -1:
+                spans.append((start, start + len(form)))
+                start = skeleton.find(form, start + len(form))
+        if not spans:
+            return text
+        # Map skeleton offsets back to the text: removed separators shift everything after.
+        cuts: list[int] = []  # skeleton offsets where separators were removed
+        widths: list[int] = []  # cumulative characters removed up to that cut
+        removed = 0
+        for sep in _SEPARATORS.finditer(text.lower() if len(text.lower()) == len(text)
+                                        else text.translate(_ASCII_LOWER)):
+            cuts.append(sep.start() - removed)
+            removed += sep.end() - sep.start()
+            widths.append(removed)
+
+        def to_text(offset: int, *, end: bool) -> int:
+            # A cut at offset k means the separator sits before skeleton char k.
+            i = bisect.bisect_left(cuts, offset) if end else bisect.bisect_right(cuts, offset)
+            return offset + (widths[i - 1] if i else 0)
+
+        merged: list[tuple[int, int]] = []
+        for start, stop in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+            else:
+                merged.append((start, stop))
+        out: list[str] = []
+        at = 0
+        for start, stop in merged:
+            begin, finish = to_text(start, end=False), to_text(stop, end=True)
+            out.append(text[at:begin])
+            out.append(REDACTED)
+            at = finish
+        out.append(text[at:])
+        return "".join(out)
 
     def secrets(self, text: str) -> str:
-        """Replace secret values and credential shapes in ``text``."""
-        if self._secrets_re is not None:
-            text = self._secrets_re.sub(REDACTED, text)
+        """Replace secret values (in every form) and credential shapes in ``text``."""
+        if self._forms:
+            text = self._registered(text)
         return _ANY_SECRET.sub(REDACTED, text) if _may_hold_secret(text) else text
 
     def prose(self, text: str, *, allow: Iterable[str] = ()) -> str:
-        """Redact secrets, then paths, URLs, hosts and addresses: for reasons and next actions.
+        """Redact secrets, then paths, URLs, hosts, addresses and SQL: for reasons.
 
         Strings in ``allow`` (the model's own argument values) are the operation's terms, not
         the infrastructure's, so a path the model passed may be named back to it.
@@ -145,7 +276,8 @@ class Redactor:
               _secret: bool = False) -> Any:
         """A copy of a JSON-like value with secrets removed (key order kept).
 
-        Everything under a secret-named key is redacted, nested lists and objects included.
+        Everything under a secret-named key is redacted, nested lists and objects included;
+        bytes are shown as redacted text and other objects by their redacted ``repr``.
         """
         kind = type(value)
         if not _secret and key is not None and kind is not bool and value is not None:
@@ -170,7 +302,15 @@ class Redactor:
             return REDACTED
         if isinstance(value, str):
             return self.secrets(value)
-        return value
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return self.secrets(bytes(value).decode("utf-8", "replace"))
+        if isinstance(value, (int, float)):
+            return value
+        try:
+            shown = repr(value)
+        except Exception:  # noqa: BLE001 - a hostile __repr__
+            shown = f"<{type(value).__name__}>"
+        return self.secrets(shown[:2_000])
 
     def hidden_values(self, value: Any, *, key: str | None = None, _depth: int = 0) -> set[str]:
         """Strings under secret-named keys: never to be echoed in prose either."""
@@ -200,3 +340,44 @@ def _leaf_strings(value: Any, depth: int = 0) -> set[str]:
     if isinstance(value, (list, tuple)):
         return set().union(*(_leaf_strings(v, depth + 1) for v in value))
     return set()
+
+
+#: Every live redactor, so log records are redacted with every guard's secrets.
+_LIVE: weakref.WeakSet[Redactor] = weakref.WeakSet()
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts toolfault's log records: message, arguments and any traceback text.
+
+    Tracebacks are dropped unless the logger is at DEBUG or a guard asked for them
+    (``Guard(log_tracebacks=True)``); kept ones are redacted like the message.
+    """
+
+    tracebacks = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record whose arguments do not format
+            message = str(record.msg)
+        for redactor in list(_LIVE):
+            message = redactor.secrets(message)
+        if not _LIVE:
+            message = Redactor(scan_env=True).secrets(message)
+        record.msg, record.args = message, None
+        keep = self.tracebacks or logging.getLogger("toolfault").isEnabledFor(logging.DEBUG)
+        if record.exc_info and keep:
+            import traceback
+
+            text = "".join(traceback.format_exception(*record.exc_info))
+            for redactor in list(_LIVE):
+                text = redactor.secrets(text)
+            record.exc_text = text.rstrip("\n")
+        elif not keep:
+            record.exc_text = None
+        record.exc_info = None
+        record.stack_info = None
+        return True
+
+
+LOG_FILTER = RedactingFilter()

@@ -131,23 +131,28 @@ class Store(Protocol):
 class MemoryStore:
     """The default store: one process, thread-safe, asyncio-safe (no awaits inside a step).
 
-    Memory stays bounded in a long-running process: a task's earlier turns are dropped when it
-    starts a newer one (their counters can no longer matter), and whole tasks (budgets,
-    ledger, incidents) are evicted when idle for ``ttl_seconds`` or, least recently used
-    first, beyond ``max_tasks`` - the same lifetime SQLite and Redis give their keys.
+    Memory stays bounded in a long-running process: the counters of one turn and whole tasks
+    (budgets, ledger, incidents) are evicted when idle for ``ttl_seconds`` or, least recently
+    used first, beyond ``max_turns`` / ``max_tasks`` - the lifetime SQLite and Redis give
+    their keys.  Nothing in use is dropped early: guards sharing a store may be on
+    different turns of one task.
     """
 
-    def __init__(self, *, ttl_seconds: float | None = 86400.0,
-                 max_tasks: int | None = 10_000) -> None:
+    def __init__(self, *, ttl_seconds: float | None = 86400.0, max_tasks: int | None = 10_000,
+                 max_turns: int | None = 100_000) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive (or None for no expiry)")
         if max_tasks is not None and max_tasks < 1:
             raise ValueError("max_tasks must be at least 1 (or None for no bound)")
+        if max_turns is not None and max_turns < 1:
+            raise ValueError("max_turns must be at least 1 (or None for no bound)")
         self.ttl_seconds = ttl_seconds
         self.max_tasks = max_tasks
+        self.max_turns = max_turns
         self._lock = threading.Lock()
-        # Task -> (last use, newest turn), least recently used first; turn -> its call keys.
-        self._tasks: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        # Last use of each task and of each (task, turn), least recently used first.
+        self._tasks: OrderedDict[str, float] = OrderedDict()
+        self._turns: OrderedDict[tuple[str, int], float] = OrderedDict()
         self._turn_keys: dict[tuple[str, int], set[CallKey]] = {}
         self._turns_of: dict[str, set[int]] = {}
         self._failures: dict[CallKey, tuple[int, str, int]] = {}
@@ -351,51 +356,56 @@ class MemoryStore:
 
     # -- bounded memory (call with the lock held) ----------------------------------------
     def _touch(self, task: str, turn: int | None) -> None:
-        """Mark the task used; a newer turn drops the older ones; evict what outlived use."""
+        """Mark the task (and turn) used; evict what outlived its use or the bounds."""
         now = time.monotonic()
-        known = self._tasks.get(task)
-        newest = known[1] if known is not None else -1
-        if turn is not None and turn > newest:
-            if known is not None:
-                self._drop_turns(task, below=turn)
-            newest = turn
-        self._tasks[task] = (now, newest)
-        self._tasks.move_to_end(task)
+        tasks, turns = self._tasks, self._turns
+        new_task = task not in tasks
+        tasks[task] = now
+        tasks.move_to_end(task)
+        new_turn = False
         if turn is not None:
-            self._turns_of.setdefault(task, set()).add(turn)
-        if known is None or self.ttl_seconds is not None:
-            self._evict(now, keep=task)
-
-    def _evict(self, now: float, *, keep: str) -> None:
-        tasks, ttl, most = self._tasks, self.ttl_seconds, self.max_tasks
-        while tasks:
-            oldest, (used, _) = next(iter(tasks.items()))
-            if oldest == keep:
-                return
-            expired = ttl is not None and now - used > ttl
-            if not expired and (most is None or len(tasks) <= most):
-                return
-            self._forget_task(oldest, now)
-
-    def _drop_turns(self, task: str, *, below: int) -> None:
-        turns = self._turns_of.get(task)
-        if not turns:
-            return
-        for turn in [t for t in turns if t < below]:
-            turns.discard(turn)
             scope = (task, turn)
-            for key in self._turn_keys.pop(scope, ()):
-                self._failures.pop(key, None)
-                self._pending.pop(key, None)
-            self._dirty.pop(scope, None)
-            self._calls.pop(scope, None)
-        if not turns:
-            del self._turns_of[task]
+            new_turn = scope not in turns
+            turns[scope] = now
+            turns.move_to_end(scope)
+            if new_turn:
+                self._turns_of.setdefault(task, set()).add(turn)
+        ttl = self.ttl_seconds
+        if new_task or ttl is not None:
+            while tasks:
+                oldest, used = next(iter(tasks.items()))
+                if oldest == task or not ((ttl is not None and now - used > ttl) or (
+                        self.max_tasks is not None and len(tasks) > self.max_tasks)):
+                    break
+                self._forget_task(oldest, now)
+        if new_turn or ttl is not None:
+            while turns:
+                (old_task, old_turn), used = next(iter(turns.items()))
+                if (old_task, old_turn) == (task, turn) or not (
+                        (ttl is not None and now - used > ttl)
+                        or (self.max_turns is not None and len(turns) > self.max_turns)):
+                    break
+                self._forget_turn(old_task, old_turn)
+
+    def _forget_turn(self, task: str, turn: int) -> None:
+        scope = (task, turn)
+        self._turns.pop(scope, None)
+        for key in self._turn_keys.pop(scope, ()):
+            self._failures.pop(key, None)
+            self._pending.pop(key, None)
+        self._dirty.pop(scope, None)
+        self._calls.pop(scope, None)
+        turns = self._turns_of.get(task)
+        if turns is not None:
+            turns.discard(turn)
+            if not turns:
+                del self._turns_of[task]
 
     def _forget_task(self, task: str, now: float) -> None:
         """Everything one task left behind, except idempotency keys still held."""
-        _, newest = self._tasks.pop(task)
-        self._drop_turns(task, below=newest + 1)
+        del self._tasks[task]
+        for turn in list(self._turns_of.get(task, ())):
+            self._forget_turn(task, turn)
         self._spend.pop(task, None)
         for entry in self._ledger.pop(task, {}).values():
             if entry.idempotency_key is not None:

@@ -119,7 +119,10 @@ class CallObserver(Protocol):
 class JsonlSink:
     """Appends one JSON line per call and per incident; thread-safe, flushed per line."""
 
-    def __init__(self, target: str | Path | IO[str]) -> None:
+    def __init__(self, target: str | Path | IO[str], *,
+                 redact: Callable[[str], str] | None = None) -> None:
+        #: The single exit of the trace channel: every line passes through ``redact``.
+        self._redact = redact
         self._lock = threading.Lock()
         if isinstance(target, (str, Path)):
             self._file: IO[str] = open(target, "a", encoding="utf-8")  # noqa: SIM115
@@ -130,6 +133,8 @@ class JsonlSink:
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False, default=str)
+        if self._redact is not None:
+            line = self._redact(line)
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()

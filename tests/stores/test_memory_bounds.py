@@ -19,17 +19,23 @@ def _fail(store: MemoryStore, task: str, turn: int, fp: str = "fp") -> None:
     store.record_failure(key, "invalid_argument", 2)
 
 
-def test_a_newer_turn_drops_the_older_turns_counters() -> None:
-    """Failures of turn 0 no longer count once the task has started turn 1."""
-    store = MemoryStore()
-    _fail(store, "t", 0)
-    _fail(store, "t", 0)
-    assert store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None,
-                       max_spend=None).failures == 2
-    store.admit(CallKey("t", 1, "other"), cost=0.0, max_calls=None, max_spend=None)
+def test_turns_beyond_max_turns_are_evicted_least_recently_used_first() -> None:
+    """With max_turns=2, the oldest turn's counters go; the two latest keep theirs."""
+    store = MemoryStore(max_turns=2)
+    for turn in range(3):
+        _fail(store, "t", turn)
     assert not store.has_failures("t", 0)
-    assert store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None,
-                       max_spend=None).failures == 0
+    assert store.has_failures("t", 1) and store.has_failures("t", 2)
+
+
+def test_guards_on_different_turns_of_one_task_keep_their_counters() -> None:
+    """Two guards sharing a store and a task id, one turns ahead, never erase each other."""
+    store = MemoryStore()
+    _fail(store, "shared", 0)
+    for turn in range(1, 50):
+        _fail(store, "shared", turn, fp="other")
+    assert store.admit(CallKey("shared", 0, "fp"), cost=0.0, max_calls=None,
+                       max_spend=None).failures == 1
 
 
 def test_least_recently_used_tasks_are_evicted_beyond_max_tasks() -> None:
@@ -99,3 +105,5 @@ def test_bounds_are_validated() -> None:
         MemoryStore(ttl_seconds=0)
     with pytest.raises(ValueError, match="max_tasks"):
         MemoryStore(max_tasks=0)
+    with pytest.raises(ValueError, match="max_turns"):
+        MemoryStore(max_turns=0)

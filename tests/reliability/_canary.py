@@ -1,0 +1,231 @@
+"""The canary matrix: secrets of many kinds, in every form, placed everywhere, per channel.
+
+A canary is a secret the guard knows (registered, or in a secret-named environment
+variable).  Each is placed, in one of its travelling forms, in one spot of a call; then every
+channel the call reaches is searched for the form as placed and for the plain secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import os
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from toolfault import Backoff, Guard, Limits, ToolError
+from toolfault.stores import SQLiteStore
+
+#: (kind, value, registered?) — registered ones are given to the guard, the others are found
+#: by name in the environment.
+KINDS: tuple[tuple[str, str, bool], ...] = (
+    ("password", "Tr0ub4dor&3-horse", True),
+    ("api_token", "tok_live_9f8e7d6c5b4a3210", True),
+    ("openai_key", "sk-proj-Qw3rTy8uIoPaSdFgHjKl0987", True),
+    ("aws_key", "AKIAQ3EGUCUMBERS2X7Z", True),
+    ("jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.c2lnbmF0dXJlLWNhbmFyeQ", True),
+    ("quotes_and_unicode", 'pa"ss\\wörd {x} 9!', True),
+    ("env_api_key", "envkey-3b1f9a77c0de42d1", False),
+    ("env_password", "EnvPassw0rd!2026#q", False),
+    ("env_db_url_secret", "postgres-s3cret-7781aa", False),
+)
+ENV_NAMES = {"env_api_key": "CANARY_SERVICE_API_KEY", "env_password": "CANARY_DB_PASSWORD",
+             "env_db_url_secret": "CANARY_DB_SECRET"}
+
+
+def _split(value: str) -> str:
+    third = max(1, len(value) // 3)
+    return f"{value[:third]}\n{value[third:2 * third]}\r\n  {value[2 * third:]}"
+
+
+FORMS: dict[str, Callable[[str], str]] = {
+    "plain": lambda v: v,
+    "base64": lambda v: base64.b64encode(f"user:{v}".encode()).decode(),
+    "url_encoded": lambda v: urllib.parse.quote(v, safe=""),
+    "json_escaped": lambda v: json.dumps(v)[1:-1],
+    "upper": lambda v: v.upper(),
+    "lower": lambda v: v.lower(),
+    "split_lines": _split,
+}
+PLACEMENTS = ("argument", "secret_named_argument", "nested_argument", "bytes_argument",
+              "raw_json", "return_value", "exception_text", "tool_error_reason",
+              "next_action", "unknown_tool_name", "timeout_text")
+CHANNELS = ("text", "data", "trace", "spans", "logs", "ledger", "store", "incidents")
+
+
+@dataclass
+class Matrix:
+    """Leaks per channel and per form over every trial of the matrix."""
+
+    trials: int = 0
+    leaks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANNELS, 0))
+    by_form: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMS, 0))
+    #: Trials in which the channel held anything at all (a silent channel proves nothing).
+    seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANNELS, 0))
+    examples: list[str] = field(default_factory=list)
+
+
+def _needles(secret: str, placed: str) -> list[str]:
+    """What counts as a leak: the plain secret and the placed form, also as JSON text."""
+    found = {secret, placed, json.dumps(placed)[1:-1], json.dumps(secret)[1:-1]}
+    # A split form leaks when any line of it keeps a long piece of the secret? No: pieces
+    # shorter than the whole are not the secret; the full form, in any escaping, is.
+    return [n for n in found if len(n) >= 6]
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+_EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+
+
+def _swap_provider(provider: Any) -> Any:
+    """Install a tracer provider for the matrix only (the global one can be set only once,
+    and other tests set theirs), returning the one it replaced."""
+    saved = trace._TRACER_PROVIDER  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER = provider  # type: ignore[attr-defined]
+    return saved
+
+
+def _call_for(placement: str, placed: str) -> tuple[str, Any, Callable[[Guard], None]]:
+    """The tool name, arguments and tool registration for one placement."""
+
+    def register(guard: Guard) -> None:
+        @guard.tool(side_effect=True, idempotency_key=["note"])
+        def book(note: Any = None, password: Any = None, mode: str = "") -> Any:
+            if mode == "return":
+                return {"note": note, "echo": placed}
+            if mode == "exception":
+                raise ValueError(f"note {placed} is not valid")
+            if mode == "reason":
+                raise ToolError("invalid_argument", f"note {placed} is not valid")
+            if mode == "next":
+                raise ToolError("conflict", "note taken", next_action=f"use {placed}")
+            if mode == "timeout":
+                raise TimeoutError(placed)
+            raise ToolError("conflict", "note taken")
+
+    args: Any
+    name = "book"
+    if placement == "argument":
+        args = {"note": placed}
+    elif placement == "secret_named_argument":
+        args = {"note": "n", "password": placed}
+    elif placement == "nested_argument":
+        args = {"note": {"deep": [placed, {"k": placed}]}}
+    elif placement == "bytes_argument":
+        args = {"note": placed.encode()}
+    elif placement == "raw_json":
+        args = '{"note": ' + json.dumps(placed) + ", broken"
+    elif placement == "unknown_tool_name":
+        name, args = f"lookup_{placed}", {"note": placed}
+    else:
+        mode = {"return_value": "return", "exception_text": "exception",
+                "tool_error_reason": "reason", "next_action": "next",
+                "timeout_text": "timeout"}[placement]
+        args = {"note": "n", "mode": mode}
+    return name, args, register
+
+
+def _env(matrix_env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in matrix_env}
+    os.environ.update(matrix_env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_matrix(workdir: Path, *, kinds: int = len(KINDS),
+               placements: tuple[str, ...] = PLACEMENTS) -> Matrix:
+    """Every kind x form x placement, each searched for in every channel."""
+    saved_provider = _swap_provider(_PROVIDER)
+    matrix = Matrix()
+    env = {ENV_NAMES[k]: v for k, v, registered in KINDS if not registered}
+    gen = _env(env)
+    next(gen)
+    logger = logging.getLogger("toolfault")
+    capture = _Capture()
+    logger.addHandler(capture)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)  # the harshest case: tracebacks kept (redacted)
+    try:
+        n = 0
+        for kind, secret, registered in KINDS[:kinds]:
+            for form_name, form in FORMS.items():
+                placed = form(secret)
+                for placement in placements:
+                    n += 1
+                    _trial(matrix, workdir / f"t{n}", kind, secret, registered, form_name,
+                           placed, placement, capture)
+    finally:
+        _swap_provider(saved_provider)
+        logger.setLevel(old_level)
+        logger.removeHandler(capture)
+        try:
+            next(gen)
+        except StopIteration:
+            pass
+    return matrix
+
+
+def _trial(matrix: Matrix, workdir: Path, kind: str, secret: str, registered: bool,
+           form_name: str, placed: str, placement: str, capture: _Capture) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    trace_out = io.StringIO()
+    db = workdir / "state.db"
+    store = SQLiteStore(db)
+    guard = Guard(secrets=[secret] if registered else [], scan_env_secrets=True,
+                  store=store, trace=trace_out, capture_content=True,
+                  limits=Limits(retry_limit=1, backoff=Backoff(attempts=1)))
+    name, args, register = _call_for(placement, placed)
+    register(guard)
+    capture.lines.clear()
+    _EXPORTER.clear()
+    results = [guard.call(name, args), guard.call(name, args)]  # the 2nd hits the cap
+    channels = {
+        "text": "\n".join(r.text + "\n" + r.tool for r in results),
+        "data": "\n".join(json.dumps(r.data, default=str) for r in results),
+        "trace": trace_out.getvalue(),
+        "spans": json.dumps([dict(s.attributes or {}) | {"name": s.name}
+                             for s in _EXPORTER.get_finished_spans()], default=str),
+        "logs": "\n".join(capture.lines),
+        "ledger": json.dumps([e.to_dict() for e in guard.ledger], default=str),
+        "incidents": json.dumps([i.to_dict() for i in guard.incidents], default=str),
+    }
+    guard.close()
+    channels["store"] = "\n".join(
+        p.read_bytes().decode("utf-8", "replace") for p in workdir.glob("state.db*"))
+    matrix.trials += 1
+    needles = _needles(secret, placed)
+    for channel, text in channels.items():
+        matrix.seen[channel] += int(len(text) > 2)
+        lowered = text.lower()
+        if any(n in text or n.lower() in lowered for n in needles):
+            matrix.leaks[channel] += 1
+            matrix.by_form[form_name] += 1
+            if len(matrix.examples) < 8:
+                matrix.examples.append(f"{kind}/{form_name}/{placement} -> {channel}")
