@@ -31,3 +31,28 @@ def test_a_raw_json_schema_tool_loads_jsonschema_when_registered() -> None:
         "assert g.call('f', {'n': 'x'}).code == 'invalid_argument'\n"
     )
     assert "jsonschema" in loaded
+
+
+def test_a_failure_loads_no_tokenizer_unless_asked_for() -> None:
+    """The default guard counts with the estimate: its first failure imports no vocabulary."""
+    code = (
+        "import toolfault\n"
+        "g = toolfault.Guard(scan_env_secrets=False)\n"
+        "@g.tool\n"
+        "def f(n: int) -> int:\n"
+        "    raise ValueError('n is wrong')\n"
+        "before = set(sys.modules)\n"
+        "assert g.call('f', {'n': 1}).code\n"
+        "assert not [m for m in set(sys.modules) - before if 'bpe' in m or 'tiktoken' in m]\n"
+    )
+    assert "bpe_openai" not in _modules_after(code)
+
+
+def test_an_exact_tokenizer_is_loaded_at_construction() -> None:
+    """tokenizer='exact' loads the vocabulary when the guard is built, not at a failure."""
+    loaded = _modules_after(
+        "import toolfault\n"
+        "g = toolfault.Guard(scan_env_secrets=False, tokenizer='exact')\n"
+        "assert 'bpe_openai' in sys.modules or 'tiktoken' in sys.modules\n"
+    )
+    assert "bpe_openai" in loaded or "tiktoken" in loaded

@@ -69,3 +69,37 @@ def test_every_failure_message_fits_the_token_budget(reason: str) -> None:
         guard.new_turn()
     cut = guard.call("order", {"item": "a", "qty": 1})
     assert "…" in cut.text and cut.data["detail"].endswith("….")
+
+
+def test_a_guard_counts_with_the_tokenizer_it_was_given() -> None:
+    """A custom counter decides the budget: one that counts every character cuts harder."""
+    from toolfault import ConfigurationError, Guard
+
+    def per_char(text: str) -> int:
+        return len(text)
+
+    plain = Guard(scan_env_secrets=False)
+    strict = Guard(scan_env_secrets=False, tokenizer=per_char)
+    for guard in (plain, strict):
+
+        @guard.tool
+        def lookup(query: str) -> str:
+            raise ValueError("no match for " + query)
+
+    long = {"query": "word " * 40}
+    assert strict.count_tokens is per_char
+    assert len(strict.call("lookup", long).text) < len(plain.call("lookup", long).text)
+    with pytest.raises(ConfigurationError):
+        Guard(scan_env_secrets=False, tokenizer="nonsense")  # type: ignore[arg-type]
+
+
+def test_the_estimate_never_undercounts_any_script() -> None:
+    """Per character, the estimate is at least cl100k_base's count in every UTF-8 width."""
+    from toolfault._tokens import _tiktoken_counter
+
+    exact = _tiktoken_counter()
+    if exact is None:
+        pytest.skip("no cl100k_base vocabulary here")
+    for text in ("🙂" * 20, "中文測試資料" * 5, "é" * 20, "привет мир " * 5, "𝔘𝔫𝔦" * 7,
+                 "ሀሁሂ" * 7, "한국어 텍스트" * 4, "مرحبا بالعالم" * 3, "١٢٣٤٥٦" * 4):
+        assert estimate_tokens(text) >= exact(text), text

@@ -65,7 +65,7 @@ from toolfault._redact import LOG_FILTER, REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolContext, ToolResult
 from toolfault._returned import default_error_result
 from toolfault._state import Admission, CallKey, DegradingStore, MemoryStore, Store
-from toolfault._tokens import count_tokens
+from toolfault._tokens import Tokenizer, resolve_tokenizer
 from toolfault._tool import (
     Alternative,
     ErrorDetector,
@@ -123,6 +123,7 @@ class Guard(EffectsMixin, BudgetMixin):
         deadline: float | None = DEFAULT_DEADLINE,
         isolate_sync_tools: bool = False,
         log_tracebacks: bool = False,
+        tokenizer: Tokenizer = "estimate",
     ) -> None:
         if mode not in ("observe", "shape", "enforce"):
             raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
@@ -138,6 +139,8 @@ class Guard(EffectsMixin, BudgetMixin):
         #: costs no thread hop), so only its own return can end it.  ``True`` runs every
         #: sync tool in a worker thread, so the deadline bounds even a body that never returns.
         self.isolate_sync_tools = isolate_sync_tools
+        #: Counts an error's tokens against the catalog budget (loaded here, not per call).
+        self.count_tokens = resolve_tokenizer(tokenizer)
         self._cut_to_budget = True
         if log_tracebacks:  # tracebacks are for engineers who ask; still redacted
             LOG_FILTER.tracebacks = True
@@ -574,7 +577,7 @@ class Guard(EffectsMixin, BudgetMixin):
             )
             text, problem = fit_to_budget(self.redactor.secrets(rendered.text),
                                           self.redactor.value(rendered.problem),
-                                          self.catalog.token_budget, count_tokens)
+                                          self.catalog.token_budget, self.count_tokens)
         except Exception:  # noqa: BLE001
             text, problem = f"{shown} failed (code: {code}).", {"code": code}
         info = FailureInfo(code=code, outcome=outcome, cause=exc)
@@ -1319,13 +1322,13 @@ class Guard(EffectsMixin, BudgetMixin):
 
         text, problem = render(reason, args_text)
         budget = self.catalog.token_budget
-        if count_tokens(text) > budget:
+        if self.count_tokens(text) > budget:
             # Over budget: keep the first problem only, then echo less of the arguments.
             first = failure.values.get("first_reason")
             if isinstance(first, str):
                 reason = _without(self.redactor.prose(first, allow=allow), hidden)
                 text, problem = render(reason, args_text)
-            if count_tokens(text) > budget:
+            if self.count_tokens(text) > budget:
                 short = echo_args(self.redactor.value(call.args), max_chars=160)
                 text, problem = render(reason, short)
         return text, problem
@@ -1643,7 +1646,7 @@ class Guard(EffectsMixin, BudgetMixin):
         if not isinstance(data, dict):
             data = {"detail": data}
         if self._cut_to_budget and self.mode != "observe":  # observe passes raw text on
-            text, data = fit_to_budget(text, data, self.catalog.token_budget, count_tokens)
+            text, data = fit_to_budget(text, data, self.catalog.token_budget, self.count_tokens)
         tool = redactor.secrets(result.tool)
         if text == result.text and tool == result.tool and data == result.data:
             return result
@@ -1658,7 +1661,7 @@ class Guard(EffectsMixin, BudgetMixin):
             fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
             outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
             attempts=result.attempts, dispatched=call.dispatched,
-            error_tokens=0 if result.ok else count_tokens(result.text), mode=self.mode,
+            error_tokens=0 if result.ok else self.count_tokens(result.text), mode=self.mode,
             args=(lambda: self.redactor.value(call.args)) if isinstance(call.args, dict)
             else None,
             side_effect=bool(call.spec and call.spec.side_effect),

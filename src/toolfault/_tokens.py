@@ -16,8 +16,12 @@ import re
 import tempfile
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Literal
 
-_PIECES = re.compile(r"[A-Za-z]+|\d{1,3}|[^\x00-\x7f]|[^\sA-Za-z\d\x80-\U0010ffff]+")
+#: How a guard counts tokens: the built-in estimate, exact cl100k_base, or your own counter.
+Tokenizer = Literal["estimate", "exact"] | Callable[[str], int]
+
+_PIECES = re.compile(r"[A-Za-z]+|[0-9]{1,3}|[^\x00-\x7f]|[^\sA-Za-z0-9\x80-\U0010ffff]+")
 _ENCODING_URL = (
     "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 )
@@ -27,8 +31,10 @@ def estimate_tokens(text: str) -> int:
     """A slightly high estimate of cl100k_base tokens, for machines without a vocabulary.
 
     Words cost one token per 6 letters; irregular letter runs (ids, base64) one per 2; each
-    non-ASCII character one; 3-digit groups one; punctuation runs one per 2 characters.
-    Calibrated against cl100k_base on toolfault's own messages (about 5-20% over).
+    non-ASCII character one per UTF-8 byte (cl100k_base's worst case: rare characters and
+    emoji take a token per byte, so the budget holds in every script, at the price of
+    over-counting common CJK about 2x); 3-digit groups one; punctuation runs one per 2.
+    Calibrated against cl100k_base on toolfault's own messages (about 5-20% high).
     """
     total = 0
     for piece in _PIECES.findall(text):
@@ -38,8 +44,10 @@ def estimate_tokens(text: str) -> int:
             total += max(1, math.ceil(len(piece) / (6 if regular else 2)))
         elif first.isascii() and not first.isdigit():
             total += max(1, math.ceil(len(piece) / 2))
-        else:
+        elif first.isascii():
             total += 1
+        else:
+            total += len(piece.encode("utf-8", "surrogatepass"))
     return total
 
 
@@ -80,3 +88,36 @@ def count_tokens(text: str) -> int:
 def token_counter_name() -> str:
     """Which counter :func:`count_tokens` uses here, for reports."""
     return "cl100k_base" if _tiktoken_counter() is not None else "estimate"
+
+
+def resolve_tokenizer(tokenizer: Tokenizer) -> Callable[[str], int]:
+    """The counter a guard uses, loaded now (at construction), never during a call.
+
+    ``"estimate"`` (the default) needs nothing; ``"exact"`` loads the cl100k_base vocabulary
+    (``toolfault[tokens]``) once, here, and refuses when it is not installed, so the first
+    failure in a process never pays for an import.
+    """
+    if callable(tokenizer):
+        return tokenizer
+    if tokenizer == "estimate":
+        return estimate_tokens
+    if tokenizer == "exact":
+        counter = _tiktoken_counter()
+        if counter is None:
+            from toolfault._errors import ConfigurationError
+
+            raise ConfigurationError("tokenizer='exact' needs the cl100k_base vocabulary: "
+                                     "pip install 'toolfault[tokens]'")
+        return counter
+    from toolfault._errors import ConfigurationError
+
+    raise ConfigurationError("tokenizer must be 'estimate', 'exact' or a callable")
+
+
+def tokenizer_name(counter: Callable[[str], int]) -> str:
+    """How reports name a counter: ``estimate``, ``cl100k_base`` or the callable's name."""
+    if counter is estimate_tokens:
+        return "estimate"
+    if counter is _tiktoken_counter():
+        return "cl100k_base"
+    return getattr(counter, "__name__", "custom")

@@ -162,7 +162,7 @@ _MISSING = object()
 
 def start_tool_span(tool: str, call_id: str, *, content: str | None = None) -> trace.Span:
     """Start an ``execute_tool`` span per the GenAI semantic conventions."""
-    tracer = trace.get_tracer(TRACER_NAME)
+    tracer = _tracer()
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
@@ -177,22 +177,39 @@ def start_tool_span(tool: str, call_id: str, *, content: str | None = None) -> t
 
 def finish_tool_span(span: trace.Span, event: CallEvent, *, result: str | None = None,
                      budget: dict[str, float] | None = None) -> None:
-    """Record toolfault's attributes and the error type, then end the span."""
-    span.set_attribute("toolfault.fingerprint", event.fingerprint)
-    span.set_attribute("toolfault.attempts", event.attempts)
-    span.set_attribute("toolfault.outcome", event.outcome.value)
-    span.set_attribute("toolfault.terminal", event.terminal)
-    span.set_attribute("toolfault.blocked", event.blocked)
-    span.set_attribute("toolfault.mode", event.mode)
+    """Record toolfault's attributes and the error type (one ``set_attributes``), then end."""
+    attributes: dict[str, Any] = {
+        "toolfault.fingerprint": event.fingerprint,
+        "toolfault.attempts": event.attempts,
+        "toolfault.outcome": event.outcome.value,
+        "toolfault.terminal": event.terminal,
+        "toolfault.blocked": event.blocked,
+        "toolfault.mode": event.mode,
+    }
     for key, value in (budget or {}).items():
-        span.set_attribute(f"toolfault.budget.{key}", value)
+        attributes[f"toolfault.budget.{key}"] = value
     if result is not None:
-        span.set_attribute("gen_ai.tool.call.result", result)
+        attributes["gen_ai.tool.call.result"] = result
     if not event.ok:
-        span.set_attribute("error.type", event.code or "tool_error")
-        span.set_attribute("toolfault.code", event.code or "tool_error")
+        attributes["error.type"] = attributes["toolfault.code"] = event.code or "tool_error"
         span.set_status(trace.Status(trace.StatusCode.ERROR, event.code or "tool_error"))
+    span.set_attributes(attributes)
     span.end()
+
+
+_tracer_for: tuple[object, trace.Tracer] | None = None
+
+
+def _tracer() -> trace.Tracer:
+    """toolfault's tracer, fetched once per installed provider (not once per call)."""
+    global _tracer_for
+    provider = trace.get_tracer_provider()
+    cached = _tracer_for
+    if cached is not None and cached[0] is provider:
+        return cached[1]
+    tracer = trace.get_tracer(TRACER_NAME)
+    _tracer_for = (provider, tracer)
+    return tracer
 
 
 def safe_notify(observers: list[Callable[[CallEvent], None]], event: CallEvent) -> None:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from . import _canary, _crash, _hostile, _redos
 
 

@@ -87,8 +87,8 @@ def token_counter_note(*, from_trace: bool = False) -> str:
     here = ("exact cl100k_base counts" if token_counter_name() == "cl100k_base" else
             "estimated counts (install toolfault[tokens] for exact cl100k_base counts)")
     if from_trace:
-        return f"error tokens: as recorded in the trace by the guard that wrote it ({here} " \
-               f"on this install)"
+        return ("error tokens: as recorded in the trace by the guard that wrote it (its "
+                "tokenizer: the estimate unless it was built with tokenizer='exact')")
     return f"error tokens: {here}"
 
 
