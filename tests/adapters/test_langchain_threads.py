@@ -271,3 +271,44 @@ def test_without_a_thread_id_each_invocation_is_its_own_conversation(
         assert TERMINAL in str(second.content) and halted(third)
     assert runs["find_city"] == 4
     assert g.incidents == []
+
+
+def test_resume_after_an_interrupt_never_re_dispatches_a_recorded_side_effect() -> None:
+    """LangGraph re-runs the whole ToolNode on resume: the booking that already landed before
+    the interrupt is answered from the ledger by its call id, not booked twice."""
+    from langchain_core.tools import tool
+    from langgraph.types import Command, interrupt
+
+    bookings: list[str] = []
+    g = Guard(limits=FAST)
+
+    @g.tool(side_effect=True)
+    def book(flight: str) -> str:
+        """Book a flight."""
+        bookings.append(flight)
+        return f"booked {flight}"
+
+    @tool
+    def confirm(question: str) -> str:
+        """Ask the user to confirm."""
+        return str(interrupt(question))
+
+    model = Scripted(messages=iter([
+        AIMessage("", tool_calls=[
+            {"name": "book", "args": {"flight": "UA1"}, "id": "call_book", "type": "tool_call"},
+            {"name": "confirm", "args": {"question": "ok?"}, "id": "call_ok",
+             "type": "tool_call"}]),
+        AIMessage("all done"),
+    ]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        app = create_react_agent(model, [*langchain_tools(g), confirm],
+                                 checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "trip"}}
+    first = app.invoke({"messages": [HumanMessage("book UA1")]}, config)
+    assert "__interrupt__" in first and bookings == ["UA1"]
+    final = app.invoke(Command(resume="yes"), config)
+    assert bookings == ["UA1"]  # the re-run ToolNode did not book again
+    answers = {m.tool_call_id: m.content for m in tool_messages(final)}
+    assert answers == {"call_book": "booked UA1", "call_ok": "yes"}
+    assert final["messages"][-1].content == "all done"
