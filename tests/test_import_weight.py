@@ -33,8 +33,8 @@ def test_a_raw_json_schema_tool_loads_jsonschema_when_registered() -> None:
     assert "jsonschema" in loaded
 
 
-def test_a_failure_loads_no_tokenizer_unless_asked_for() -> None:
-    """The default guard counts with the estimate: its first failure imports no vocabulary."""
+def test_a_first_failure_imports_no_tokenizer() -> None:
+    """Whatever counter the guard chose at construction, its first failure imports nothing."""
     code = (
         "import toolfault\n"
         "g = toolfault.Guard(scan_env_secrets=False)\n"
@@ -45,7 +45,20 @@ def test_a_failure_loads_no_tokenizer_unless_asked_for() -> None:
         "assert g.call('f', {'n': 1}).code\n"
         "assert not [m for m in set(sys.modules) - before if 'bpe' in m or 'tiktoken' in m]\n"
     )
-    assert "bpe_openai" not in _modules_after(code)
+    _modules_after(code)
+
+
+def test_an_estimating_guard_never_loads_a_vocabulary() -> None:
+    """tokenizer='estimate' keeps the vocabulary out of the process entirely."""
+    loaded = _modules_after(
+        "import toolfault\n"
+        "g = toolfault.Guard(scan_env_secrets=False, tokenizer='estimate')\n"
+        "@g.tool\n"
+        "def f(n: int) -> int:\n"
+        "    raise ValueError('n is wrong')\n"
+        "assert g.call('f', {'n': 1}).code\n"
+    )
+    assert "bpe_openai" not in loaded and "tiktoken" not in loaded
 
 
 def test_an_exact_tokenizer_is_loaded_at_construction() -> None:

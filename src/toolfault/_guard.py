@@ -123,7 +123,7 @@ class Guard(EffectsMixin, BudgetMixin):
         deadline: float | None = DEFAULT_DEADLINE,
         isolate_sync_tools: bool = False,
         log_tracebacks: bool = False,
-        tokenizer: Tokenizer = "estimate",
+        tokenizer: Tokenizer = "auto",
     ) -> None:
         if mode not in ("observe", "shape", "enforce"):
             raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")

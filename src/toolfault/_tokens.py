@@ -18,8 +18,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Literal
 
-#: How a guard counts tokens: the built-in estimate, exact cl100k_base, or your own counter.
-Tokenizer = Literal["estimate", "exact"] | Callable[[str], int]
+#: How a guard counts tokens: exact cl100k_base when installed (``"auto"``), the built-in
+#: estimate, exact or nothing, or your own counter.
+Tokenizer = Literal["auto", "estimate", "exact"] | Callable[[str], int]
 
 _PIECES = re.compile(r"[A-Za-z]+|[0-9]{1,3}|[^\x00-\x7f]|[^\sA-Za-z0-9\x80-\U0010ffff]+")
 _ENCODING_URL = (
@@ -93,12 +94,15 @@ def token_counter_name() -> str:
 def resolve_tokenizer(tokenizer: Tokenizer) -> Callable[[str], int]:
     """The counter a guard uses, loaded now (at construction), never during a call.
 
-    ``"estimate"`` (the default) needs nothing; ``"exact"`` loads the cl100k_base vocabulary
-    (``toolfault[tokens]``) once, here, and refuses when it is not installed, so the first
-    failure in a process never pays for an import.
+    ``"auto"`` (the default) is exact when the cl100k_base vocabulary is installed
+    (``toolfault[tokens]``: installing it is asking for it) and the estimate otherwise;
+    ``"estimate"`` needs nothing; ``"exact"`` refuses when the vocabulary is missing.  The
+    vocabulary is loaded once, here, so the first failure in a process never pays for it.
     """
     if callable(tokenizer):
         return tokenizer
+    if tokenizer == "auto":
+        return _tiktoken_counter() or estimate_tokens
     if tokenizer == "estimate":
         return estimate_tokens
     if tokenizer == "exact":

@@ -134,7 +134,7 @@ def test_the_report_page_speaks_of_the_users_trace(guard_trace: Path, tmp_path: 
     assert "<td>search</td>" in by_tool and "<td>100%*</td>" in by_tool
     assert "needs episode records" in words  # goal missed, crash...: unknown, not 0
     assert re.search(r"error tokens: as recorded in the trace by the guard that wrote it "
-                     r"\(its tokenizer: the estimate unless", words)
+                     r"\(its tokenizer: exact cl100k_base where", words)
 
 
 def test_the_terminal_and_json_name_the_token_counter(guard_trace: Path,
@@ -146,7 +146,7 @@ def test_the_terminal_and_json_name_the_token_counter(guard_trace: Path,
     assert main(["report", str(guard_trace)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "error tokens: as recorded in the trace" in out
-    assert "tokenizer='exact'" in out
+    assert "its tokenizer: exact cl100k_base where toolfault[tokens]" in out
     assert "toolfault 50%* 0* 2 – – – –" in out  # unknown endings are not shown as 0
     assert main(["report", str(guard_trace), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["token_counter"] == token_counter_name()

@@ -88,7 +88,8 @@ def token_counter_note(*, from_trace: bool = False) -> str:
             "estimated counts (install toolfault[tokens] for exact cl100k_base counts)")
     if from_trace:
         return ("error tokens: as recorded in the trace by the guard that wrote it (its "
-                "tokenizer: the estimate unless it was built with tokenizer='exact')")
+                "tokenizer: exact cl100k_base where toolfault[tokens] was installed, else the "
+                "estimate)")
     return f"error tokens: {here}"
 
 
