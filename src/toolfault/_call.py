@@ -1,4 +1,10 @@
-"""One call in flight, and the small machinery every stage of a call shares (internal)."""
+"""One call in flight, and the steps the pipeline asks its driver to perform (internal).
+
+The decision pipeline (:mod:`toolfault._pipeline`) is a generator: it yields a
+:class:`Dispatch`, :class:`Verify` or :class:`Sleep` step whenever it needs the outside world
+and is sent back what happened.  The two drivers (:mod:`toolfault._drivers`) are the only code
+that runs a tool, a postcondition or a wait, one with threads, one with ``await``.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,12 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolfault._classify import Failure
+from toolfault._admission import Admission, AdmissionRequest, CallKey, Fingerprint
 from toolfault._records import LedgerEntry
-from toolfault._state import Admission, CallKey
 from toolfault._tool import ToolSpec
+
+#: What the parser returns for arguments that are not a JSON object (the reason is kept).
+NOT_JSON: Any = object()
 
 _ids = itertools.count(1)
 _id_prefix = secrets.token_hex(6)
@@ -34,13 +42,26 @@ def _new_call_id() -> str:
 
 
 
-class _Retry(Exception):
-    """Raised inside the retry loop to ask tenacity for another attempt."""
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Run the tool's body once; send back a :class:`_Value` or a :class:`_Raised`."""
 
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.code)
-        self.failure = failure
 
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """Run the tool's postcondition; send back its verdict (``Outcome`` or ``None``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait before the next attempt (already clamped to the call's deadline)."""
+
+    seconds: float
+
+
+DISPATCH = Dispatch()
+VERIFY = Verify()
+Step = Dispatch | Verify | Sleep
 
 
 @dataclass(slots=True)
@@ -53,27 +74,36 @@ class _Call:
     call_id: str
     started: float
     fp: str = ""
+    #: The fingerprint as admitted (perhaps not computed yet: see ``Fingerprint``).
+    fingerprint: Fingerprint | None = None
     key: CallKey | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     admission: Admission | None = None
+    #: The request the call was admitted with: it settles the reservation.
+    request: AdmissionRequest | None = None
     idem: str | None = None
     held: bool = False
-    reserved: CallKey | None = None
     orphan: concurrent.futures.Future[Any] | None = None
     entry: LedgerEntry | None = None
     attempts: int = 0
     dispatched: bool = False
-    entered: bool = False
     replayable: bool = False
-    span: Any = None
     shadow: dict[str, Any] = field(default_factory=dict)
 
 
 
 @dataclass(frozen=True, slots=True)
 class _Value:
+    """What a tool returned (wrapped: ``None`` is a value too)."""
+
     value: Any
 
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """What a tool raised."""
+
+    exc: Exception
 
 
 def _run_coroutine(awaitable: Awaitable[Any], *, timeout: float | None = None) -> Any:

@@ -14,50 +14,33 @@ races, the action runs once.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import hashlib
-import inspect
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from toolfault._call import _Call, _run_coroutine
-from toolfault._catalog import Catalog
+from toolfault._call import VERIFY, Step, _Call
 from toolfault._classify import Failure, from_entry
 from toolfault._errors import Outcome, StateUnavailableError
 from toolfault._records import IncidentKind, LedgerEntry
-from toolfault._redact import Redactor
 from toolfault._result import ToolResult
-from toolfault._state import DegradingStore
-from toolfault._tool import verdict_of
+
+if TYPE_CHECKING:
+    from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
 
 
-class EffectsMixin:
-    """The guard's side-effect handling (mixed into :class:`~toolfault.Guard`)."""
+class Effects:
+    """The guard's side-effect handling: claim, verify, ledger (one per guard scope)."""
 
-    _store: DegradingStore
-    task_id: str
-    catalog: Catalog
-    mode: str
-    redactor: Redactor
+    def __init__(self, guard: Guard) -> None:
+        self._g = guard
 
-    if TYPE_CHECKING:
-        def _fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
-            ...
-
-        def _refund(self, call: _Call) -> None: ...
-
-        def _incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
-            ...
-
-        def _pool(self, purpose: str = "checks") -> concurrent.futures.ThreadPoolExecutor: ...
-
-    def _idempotency_key(self, call: _Call) -> str:
+    def idempotency_key(self, call: _Call) -> str:
         """A stable hash of the key material: ledgers and stores never hold argument values.
 
         ``tool:`` plus 32 hex digits of SHA-256 over the material (the key fields' values,
@@ -80,53 +63,32 @@ class EffectsMixin:
         One indexed read: under the claim, entries of a key are written one after another,
         so the latest is the only one that can still be pending.
         """
+        g = self._g
         if call.idem is None:
-            call.idem = self._idempotency_key(call)
-        entry = self._store.ledger_entry(self.task_id, call.idem)
+            call.idem = self.idempotency_key(call)
+        entry = g._store.ledger_entry(g.task_id, call.idem)
         if entry is None or entry.effect is Outcome.NO_EFFECT:
             return None
         if entry.effect is Outcome.APPLIED and entry.told == "ok":
             return None  # a confirmed success: a new identical call is a new action
         return entry
 
-    def _claim_then_verify_sync(self, call: _Call) -> ToolResult | None:
-        """Claim the key, then (as its only holder) verify what an earlier attempt left."""
-        early = self._claim(call)
-        if early is not None:
-            return early
-        if not call.held:
-            pending = self._peek(call)
-            if pending is not None and self._check_sync(call, pending) is Outcome.APPLIED:
-                return self._applied_meanwhile(call, pending)
-            return self._busy(call)
-        early = self._replayed(call)
-        if early is not None:
-            return early
-        for _ in range(3):
-            try:
-                pending = self._pending_effect(call)
-            except StateUnavailableError:
-                return self._unreachable(call)
-            if pending is None:
-                break
-            verdict = self._after_precheck(call, pending, self._check_sync(call, pending))
-            if not isinstance(verdict, _Swapped):
-                if verdict is not None:
-                    return verdict
-                break
-        else:
-            return self._unverified(call)
-        self._record_dispatch(call)
-        return None
+    def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
+        """Claim the key, then (as its only holder) verify what an earlier attempt left.
 
-    async def _claim_then_verify_async(self, call: _Call) -> ToolResult | None:
-        """Async twin of :meth:`_claim_then_verify_sync`."""
+        Yields :data:`VERIFY` when a postcondition must decide; ``None`` means "dispatch".
+        """
+        g = self._g
+        if g.mode != "enforce":
+            self.record_dispatch(call)
+            return None
         early = self._claim(call)
         if early is not None:
             return early
         if not call.held:
             pending = self._peek(call)
-            if pending is not None and await self._check_async(call, pending) is Outcome.APPLIED:
+            if pending is not None and (yield from self._check(call, pending)) \
+                    is Outcome.APPLIED:
                 return self._applied_meanwhile(call, pending)
             return self._busy(call)
         early = self._replayed(call)
@@ -139,32 +101,32 @@ class EffectsMixin:
                 return self._unreachable(call)
             if pending is None:
                 break
-            verdict = self._after_precheck(call, pending,
-                                           await self._check_async(call, pending))
+            verdict = self._after_precheck(call, pending, (yield from self._check(call, pending)))
             if not isinstance(verdict, _Swapped):
                 if verdict is not None:
                     return verdict
                 break
         else:
             return self._unverified(call)
-        self._record_dispatch(call)
+        self.record_dispatch(call)
         return None
 
     def _replayed(self, call: _Call) -> ToolResult | None:
         """A call id that already succeeded (an agent resumed and replayed its history) gets
         the answer it was given, and is not dispatched again."""
+        g = self._g
         if not call.replayable:
             return None
         try:
-            entry = self._store.ledger_call(self.task_id, call.call_id)
+            entry = g._store.ledger_call(g.task_id, call.call_id)
         except StateUnavailableError:
             return None
         if entry is None or entry.told != "ok" or entry.idempotency_key != call.idem:
             return None  # not this call, or not a success: the ledger checks below decide
-        self._refund(call)
+        g._budgets.refund(call)
         if entry.told_text is None:  # too large to keep: say it happened, not what it said
-            return self._fail(call, from_entry(
-                self.catalog.get("already_applied"),
+            return g._pipeline.fail(call, from_entry(
+                g.catalog.get("already_applied"),
                 f"this {call.name} call already ran and succeeded", outcome=Outcome.APPLIED),
                 count=False)
         try:
@@ -190,63 +152,31 @@ class EffectsMixin:
         return result if isinstance(result, ToolResult) else self._busy(call)
 
     def _busy(self, call: _Call) -> ToolResult:
-        self._refund(call)
-        return self._fail(call, from_entry(
-            self.catalog.get("in_progress"),
+        g = self._g
+        g._budgets.refund(call)
+        return g._pipeline.fail(call, from_entry(
+            g.catalog.get("in_progress"),
             f"an identical {call.name} call is still running"), count=False)
 
     def _unreachable(self, call: _Call) -> ToolResult:
-        return self._fail(call, from_entry(self.catalog.get("state_unavailable"),
+        g = self._g
+        return g._pipeline.fail(call, from_entry(g.catalog.get("state_unavailable"),
                                            "the agent's shared safety state is unreachable"),
                           count=False)
 
     def _unverified(self, call: _Call) -> ToolResult:
-        self._refund(call)
-        return self._fail(call, from_entry(
-            self.catalog.get("effect_unknown"),
+        g = self._g
+        g._budgets.refund(call)
+        return g._pipeline.fail(call, from_entry(
+            g.catalog.get("effect_unknown"),
             f"an earlier identical {call.name} call may have taken effect and could not be "
             "verified"))
 
-    def _check_sync(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
+    def _check(self, call: _Call, entry: LedgerEntry) -> Generator[Step, Any, Outcome | None]:
         if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
             return entry.effect if entry.effect is Outcome.APPLIED else None
-        return self._run_postcondition_sync(call)
-
-    async def _check_async(self, call: _Call, entry: LedgerEntry) -> Outcome | None:
-        if entry.effect is Outcome.APPLIED or call.spec is None or call.spec.postcondition is None:
-            return entry.effect if entry.effect is Outcome.APPLIED else None
-        return await self._run_postcondition_async(call)
-
-    def _run_postcondition_sync(self, call: _Call) -> Outcome | None:
-        assert call.spec is not None and call.spec.postcondition is not None
-        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
-        limit = _check_limit(call.spec.timeout)
-        try:
-            future = self._pool("checks").submit(_check_in_thread, check, args)
-            value = future.result(timeout=limit)
-            if inspect.isawaitable(value):
-                value = _run_coroutine(value, timeout=limit)
-            return verdict_of(value)
-        except Exception as exc:  # a failing or hanging check: the effect stays unknown
-            log.info("postcondition of %s failed: %r", call.name, exc)
-            return None
-
-    async def _run_postcondition_async(self, call: _Call) -> Outcome | None:
-        assert call.spec is not None and call.spec.postcondition is not None
-        check, args = call.spec.postcondition, dict(call.kwargs or call.args)
-        limit = _check_limit(call.spec.timeout)
-        try:
-            if inspect.iscoroutinefunction(inspect.unwrap(check)):
-                value = await asyncio.wait_for(check(args), limit)
-            else:
-                value = await asyncio.wait_for(asyncio.wrap_future(
-                    self._pool("checks").submit(_check_in_thread, check, args)), limit)
-            if inspect.isawaitable(value):
-                value = await asyncio.wait_for(value, limit)
-            return verdict_of(value)
-        except Exception as exc:
-            log.info("postcondition of %s failed: %r", call.name, exc)
-            return None
+        verdict: Outcome | None = yield VERIFY
+        return verdict
 
     def _after_precheck(self, call: _Call, entry: LedgerEntry, verdict: Outcome | None
                         ) -> ToolResult | _Swapped | None:
@@ -256,18 +186,19 @@ class EffectsMixin:
         meanwhile (a late answer landed), ``_SWAPPED_AWAY`` asks the caller to read again,
         so a stale "not landed" never overwrites what another writer recorded.
         """
+        g = self._g
         if verdict is Outcome.APPLIED:
             if call.held:
                 self._swap_ledger(replace(entry, effect=Outcome.APPLIED,
                                           confirmed_by="postcondition"), entry)
             if entry.told not in (None, "ok") and entry.told_effect is not Outcome.APPLIED:
-                self._incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
+                g._emitter.incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
                                f"model was told {entry.told} (effect "
                                f"{(entry.told_effect or Outcome.UNKNOWN).value}) but the effect "
                                "landed")
-            self._refund(call)
-            return self._fail(call, from_entry(
-                self.catalog.get("already_applied"),
+            g._budgets.refund(call)
+            return g._pipeline.fail(call, from_entry(
+                g.catalog.get("already_applied"),
                 f"an earlier identical {call.name} call took effect, confirmed by a check",
                 outcome=Outcome.APPLIED), count=False)
         if verdict is Outcome.NO_EFFECT:
@@ -279,8 +210,9 @@ class EffectsMixin:
         return self._unverified(call)
 
     def _swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        g = self._g
         try:
-            return self._store.swap_ledger(entry, expected)
+            return g._store.swap_ledger(entry, expected)
         except StateUnavailableError:
             return False
 
@@ -289,46 +221,50 @@ class EffectsMixin:
 
         Sets ``call.held``; a result only when the store cannot be reached.
         """
+        g = self._g
         spec = call.spec
         assert spec is not None
         if call.idem is None:
-            call.idem = self._idempotency_key(call)
+            call.idem = self.idempotency_key(call)
         ttl = max(30.0, 4 * (spec.timeout or 30.0))
         try:
-            call.held = self._store.acquire(self.task_id, call.idem, ttl)
+            call.held = g._store.acquire(g.task_id, call.idem, ttl)
         except StateUnavailableError:
             return self._unreachable(call)
         return None
 
-    def _record_dispatch(self, call: _Call) -> None:
+    def record_dispatch(self, call: _Call) -> None:
         """Write the ledger entry before dispatch, so a crash mid-call leaves a trace."""
+        g = self._g
         assert call.spec is not None
         if call.idem is None:
-            call.idem = self._idempotency_key(call)
+            call.idem = self.idempotency_key(call)
         call.entry = LedgerEntry(
-            call_id=call.call_id, task=self.task_id, tool=call.spec.name, fingerprint=call.fp,
-            idempotency_key=call.idem, args=self.redactor.value(call.args),
+            call_id=call.call_id, task=g.task_id, tool=call.spec.name, fingerprint=call.fp,
+            idempotency_key=call.idem, args=g.redactor.value(call.args),
             effect=Outcome.UNKNOWN,
         )
-        self._put_ledger(call.entry)
+        self.put_ledger(call.entry)
 
-    def _put_ledger(self, entry: LedgerEntry) -> None:
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        g = self._g
         try:
-            self._store.put_ledger(entry)
+            g._store.put_ledger(entry)
         except StateUnavailableError:
-            self._store.fallback.put_ledger(entry)
+            g._store.fallback.put_ledger(entry)
 
-    def _release(self, call: _Call) -> None:
-        if call.entered:
-            call.entered = False
-            leave = getattr(self._store.primary, "leave", None)
-            if leave is not None:
-                leave()
-        if call.reserved is not None:
-            key, call.reserved = call.reserved, None
+    def release(self, call: _Call) -> None:
+        """Settle the call's reservation and let go of its idempotency key.
+
+        A timed-out attempt that still runs keeps the key until it ends.
+        """
+        g = self._g
+        request = call.request
+        if request is not None:
+            call.request = None
             try:
-                self._store.settle(key)
-            except Exception:  # the reservation expires with its lease
+                g._store.settle(request)
+            except Exception:  # noqa: BLE001 - the reservation expires with its lease
                 pass
         if call.held and call.idem is not None:
             orphan = call.orphan
@@ -336,7 +272,7 @@ class EffectsMixin:
                 # The timed-out (or cancelled) attempt still runs: keep refusing duplicates
                 # until it stops, then record in the effect channel what its late answer
                 # says happened, before anyone else may claim the key.
-                task, idem, store, entry = self.task_id, call.idem, self._store, call.entry
+                task, idem, store, entry = g.task_id, call.idem, g._store, call.entry
 
                 def settled(done: concurrent.futures.Future[Any]) -> None:
                     if entry is not None and not done.cancelled() and done.exception() is None:
@@ -347,26 +283,26 @@ class EffectsMixin:
                 orphan.add_done_callback(lambda done: _quietly(settled, done))
             else:
                 try:
-                    self._store.release(self.task_id, call.idem)
+                    g._store.release(g.task_id, call.idem)
                 except Exception:
                     pass
             call.held = False
 
-
-    def _verified(self, failure: Failure, verdict: Outcome | None, call: _Call,
-                  running: bool = True) -> Failure:
+    def verified(self, failure: Failure, verdict: Outcome | None, call: _Call,
+                 running: bool = True) -> Failure:
         """Apply a postcondition's verdict to an uncertain failure.
 
         "Not landed" is only believed when the timed-out attempt had stopped before the check
         began (``running`` is taken then): while it runs, "not yet" is not "no", and an
         attempt that ends during the check may have landed after the check looked.
         """
+        g = self._g
         if verdict is Outcome.NO_EFFECT and (running or (call.orphan is not None
                                                          and not call.orphan.done())):
             verdict = None
         if verdict is Outcome.APPLIED:
             applied = from_entry(
-                self.catalog.get("already_applied"),
+                g.catalog.get("already_applied"),
                 f"{call.name} did not answer in time, but a check confirmed it took effect",
                 outcome=Outcome.APPLIED, cause=failure.cause,
             )
@@ -376,10 +312,10 @@ class EffectsMixin:
             failure.outcome = Outcome.NO_EFFECT
             failure.values["confirmed"] = False
             return failure
-        self._incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
+        g._emitter.incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
                        "the effect of a timed-out call could not be verified")
         return from_entry(
-            self.catalog.get("effect_unknown"),
+            g.catalog.get("effect_unknown"),
             f"{call.name} did not answer in time and a check could not tell whether it "
             "took effect",
             cause=failure.cause,
@@ -391,18 +327,6 @@ class _Swapped:
 
 
 _SWAPPED_AWAY = _Swapped()
-
-
-def _check_limit(timeout: float | None) -> float:
-    """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
-    return max(1.0, timeout) if timeout is not None else 10.0
-
-
-def _check_in_thread(check: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:
-    try:
-        return check(args)
-    except (StopIteration, StopAsyncIteration) as exc:  # cannot cross a future
-        raise RuntimeError(f"the check raised {type(exc).__name__}") from exc
 
 
 def _quietly(op: Callable[..., Any], *args: Any) -> None:

@@ -1,4 +1,4 @@
-"""The ladder after the cap: halts, per-tool failure ceilings, no-progress and expiring blocks.
+"""Per-turn escalation state: what :mod:`toolfault._ladder` decides from.
 
 The fingerprint counts live in the store (shared by a fleet); what a turn escalates to lives
 here, in the guard's process, per task and turn: refused repeats after the terminal message,
@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolfault._state import CallKey
+from toolfault._admission import CallKey
 
 #: Scopes remembered at once (one per task and live turn); the oldest are forgotten first.
 MAX_SCOPES = 4096
@@ -75,6 +75,11 @@ class Progress:
         else:
             self._turns.move_to_end(scope)  # least recently used goes first
         return state
+
+    def has_capped(self, task: str, turn: int) -> bool:
+        """Whether any block is running in the turn (only then can one expire)."""
+        state = self._turns.get((task, turn))
+        return state is not None and bool(state.capped)
 
     def forget(self, task: str, turn: int) -> None:
         """Drop one turn of a task (the guard's previous turn, at ``new_turn()``)."""

@@ -13,23 +13,15 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from toolfault._admission import Admission as Admission  # noqa: E402
+from toolfault._admission import CallKey as CallKey  # noqa: E402
 from toolfault._errors import StateUnavailableError
 from toolfault._records import Incident, LedgerEntry
 
 
-@dataclass(frozen=True, slots=True)
-class CallKey:
-    """Scope of a counter: one fingerprint in one turn of one task."""
-
-    task: str
-    turn: int
-    fingerprint: str
-
-
-class Admission(NamedTuple):
+class _OldAdmission(NamedTuple):
     """What :meth:`Store.admit` found and did, atomically (a tuple: cheap on the hot path).
 
     ``blocked``: the fingerprint already failed ``failures`` times, reaching its limit; the
@@ -531,7 +523,17 @@ class DegradingStore:
         check = getattr(target, "has_failures", None)
         return True if check is None else bool(check(task, turn))
 
-    def admit(
+    def admit(self, request: Any) -> Any:  # TEMPORARY shim until the stores branch lands
+        from toolfault._admission import Counter
+        calls = request.limit(Counter.CALLS_IN_TURN)
+        spend = request.limit(Counter.SPEND_IN_TASK)
+        running = request.limit(Counter.IDENTICAL_RUNNING)
+        return self._admit_old(request.key, cost=request.cost,
+                               max_calls=None if calls is None else int(calls),
+                               max_spend=spend, lease=request.lease,
+                               limit=None if running is None else int(running))
+
+    def _admit_old(
         self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
         lease: float | None = None, limit: int | None = None,
     ) -> Admission:
@@ -568,8 +570,8 @@ class DegradingStore:
     def clear_failures(self, key: CallKey) -> None:
         self._run("clear_failures", key)
 
-    def settle(self, key: CallKey) -> None:
-        self._run("settle", key)
+    def settle(self, request: Any) -> None:  # TEMPORARY shim
+        self._run("settle", request.key)
 
     def refund(self, task: str, cost: float) -> None:
         self._run("refund", task, cost)

@@ -1,0 +1,262 @@
+"""The two drivers: the only code that runs a tool body, a postcondition or a wait.
+
+:func:`run_sync` and :func:`run_async` walk the same decision pipeline
+(:meth:`toolfault._pipeline.Pipeline.steps`), performing each step it yields: a
+:class:`~toolfault._call.Dispatch` (the tool, within its timeout and the call's deadline), a
+:class:`~toolfault._call.Verify` (the postcondition, time-bounded) or a
+:class:`~toolfault._call.Sleep`.  Everything else, every decision, is in the pipeline, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
+from toolfault._errors import Outcome
+from toolfault._result import ToolContext, ToolResult
+from toolfault._tool import verdict_of
+
+if TYPE_CHECKING:
+    from toolfault._guard import Guard
+
+log = logging.getLogger("toolfault")
+
+Steps = Generator[Step, Any, ToolResult]
+
+#: Threads per purpose: hung tools cannot starve timeouts, and neither can starve checks.
+_POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
+
+
+class Workers:
+    """Bounded worker pools, one per purpose, created on first use and shared by scopes."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
+
+    def pool(self, purpose: str) -> concurrent.futures.ThreadPoolExecutor:
+        """``tools`` (calls with ``timeout=``), ``async`` (sync tools under ``acall``) or
+        ``checks`` (postconditions)."""
+        pool = self._pools.get(purpose)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(purpose)
+                if pool is None:
+                    pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=_POOL_SIZES.get(purpose, 8),
+                        thread_name_prefix=f"toolfault-{purpose}")
+                    self._pools[purpose] = pool
+        return pool
+
+    def shutdown(self) -> None:
+        with self._lock:
+            pools = list(self._pools.values())
+            self._pools.clear()
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- the sync driver ---------------------------------------------------------------------
+def run_sync(guard: Guard, call: _Call) -> ToolResult:
+    """Drive one call's pipeline on the caller's thread."""
+    steps = guard._pipeline.steps(call)
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            if step is DISPATCH:
+                try:
+                    reply = _Value(_invoke_sync(guard, call))
+                except Exception as exc:  # the pipeline classifies it
+                    reply = _Raised(exc)
+            elif step is VERIFY:
+                reply = _postcondition_sync(guard, call)
+            else:
+                assert isinstance(step, Sleep)
+                if step.seconds > 0:
+                    guard._sleep(step.seconds)
+                reply = None
+    except StopIteration as done:
+        result: ToolResult = done.value
+        return result
+
+
+def _invoke_sync(guard: Guard, call: _Call) -> Any:
+    spec = call.spec
+    assert spec is not None
+    kwargs = _with_context(guard, call)
+    limit = guard._pipeline.attempt_limit(call, spec.timeout)
+    if limit is not None and limit <= 0:
+        raise TimeoutError(f"{spec.name} ran out of time")
+    if spec.is_async:
+        return _run_coroutine(spec.fn(**kwargs), timeout=limit)
+    if limit is None or (spec.timeout is None and not guard.isolate_sync_tools):
+        value = spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
+    else:
+        value = _bounded(guard, spec.fn, kwargs, limit, spec.name, call)
+    if hasattr(value, "__await__"):  # an async tool behind a plain decorator
+        value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))
+    return value
+
+
+def _bounded(guard: Guard, fn: Callable[..., Any], kwargs: dict[str, Any], limit: float,
+             name: str, call: _Call) -> Any:
+    """Run a sync tool in a worker thread for at most ``limit`` seconds.
+
+    A tool still running then is abandoned in its thread (it may yet finish: the call keeps
+    it as ``orphan`` so its idempotency key stays held); the caller gets a ``TimeoutError``.
+    """
+    context = contextvars.copy_context()
+    future = guard._workers.pool("tools").submit(context.run, _in_thread, fn, kwargs)
+    try:
+        return future.result(timeout=limit)
+    except concurrent.futures.TimeoutError:
+        if future.done():  # the tool's own TimeoutError, or an answer just in time
+            return future.result()
+        if not future.cancel():
+            call.orphan = future  # it started and is still running: it may yet land
+        raise TimeoutError(f"{name} timed out after {limit:.3g}s") from None
+
+
+def _postcondition_sync(guard: Guard, call: _Call) -> Outcome | None:
+    assert call.spec is not None and call.spec.postcondition is not None
+    check, args = call.spec.postcondition, dict(call.kwargs or call.args)
+    limit = _check_limit(call.spec.timeout)
+    try:
+        future = guard._workers.pool("checks").submit(_check_in_thread, check, args)
+        value = future.result(timeout=limit)
+        if inspect.isawaitable(value):
+            value = _run_coroutine(value, timeout=limit)
+        return verdict_of(value)
+    except Exception as exc:  # a failing or hanging check: the effect stays unknown
+        log.info("postcondition of %s failed: %r", call.name, exc)
+        return None
+
+
+# -- the async driver --------------------------------------------------------------------
+async def run_async(guard: Guard, call: _Call) -> ToolResult:
+    """Drive one call's pipeline in the running event loop; sync tools run in a thread."""
+    steps = guard._pipeline.steps(call)
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            if step is DISPATCH:
+                try:
+                    reply = _Value(await _invoke_async(guard, call))
+                except Exception as exc:
+                    reply = _Raised(exc)
+            elif step is VERIFY:
+                reply = await _postcondition_async(guard, call)
+            else:
+                assert isinstance(step, Sleep)
+                if step.seconds > 0:
+                    await _async_sleep(guard._sleep)(step.seconds)
+                reply = None
+    except StopIteration as done:
+        result: ToolResult = done.value
+        return result
+
+
+async def _invoke_async(guard: Guard, call: _Call) -> Any:
+    spec = call.spec
+    assert spec is not None
+    kwargs = _with_context(guard, call)
+    limit = guard._pipeline.attempt_limit(call, spec.timeout)
+    if limit is not None and limit <= 0:
+        raise TimeoutError(f"{spec.name} ran out of time")
+    if spec.is_async:
+        try:
+            if limit is None:
+                return await spec.fn(**kwargs)
+            return await asyncio.wait_for(spec.fn(**kwargs), limit)
+        except TimeoutError:
+            raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
+    context = contextvars.copy_context()
+    future = guard._workers.pool("tools" if spec.timeout is not None else "async").submit(
+        context.run, _in_thread, spec.fn, kwargs)
+    try:
+        value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
+    except TimeoutError:
+        if future.done():  # the tool's own TimeoutError
+            raise
+        if not future.cancel():
+            call.orphan = future
+        raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
+    except asyncio.CancelledError:
+        # The caller gave up, the thread did not: the key stays held until it ends.
+        if not future.cancel():
+            call.orphan = future
+        raise
+    if hasattr(value, "__await__"):
+        value = await asyncio.wait_for(value, guard._pipeline.attempt_limit(call, spec.timeout))
+    return value
+
+
+async def _postcondition_async(guard: Guard, call: _Call) -> Outcome | None:
+    assert call.spec is not None and call.spec.postcondition is not None
+    check, args = call.spec.postcondition, dict(call.kwargs or call.args)
+    limit = _check_limit(call.spec.timeout)
+    try:
+        if inspect.iscoroutinefunction(inspect.unwrap(check)):
+            value = await asyncio.wait_for(check(args), limit)
+        else:
+            value = await asyncio.wait_for(asyncio.wrap_future(
+                guard._workers.pool("checks").submit(_check_in_thread, check, args)), limit)
+        if inspect.isawaitable(value):
+            value = await asyncio.wait_for(value, limit)
+        return verdict_of(value)
+    except Exception as exc:
+        log.info("postcondition of %s failed: %r", call.name, exc)
+        return None
+
+
+# -- shared by both ----------------------------------------------------------------------
+def _with_context(guard: Guard, call: _Call) -> dict[str, Any]:
+    spec = call.spec
+    assert spec is not None
+    if spec.context_param is None:
+        return call.kwargs
+    context = ToolContext(call.name, call.call_id, guard.task_id, guard.turn, call.attempts,
+                          call.idem)
+    return {**call.kwargs, spec.context_param: context}
+
+
+def _check_limit(timeout: float | None) -> float:
+    """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
+    return max(1.0, timeout) if timeout is not None else 10.0
+
+
+def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a tool in a worker thread; StopIteration cannot cross a future (it would hang
+    an awaiting ``acall``), so it comes back as an ordinary error."""
+    try:
+        return fn(**kwargs)
+    except (StopIteration, StopAsyncIteration) as exc:
+        raise RuntimeError(f"the tool raised {type(exc).__name__}") from exc
+
+
+def _check_in_thread(check: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:
+    try:
+        return check(args)
+    except (StopIteration, StopAsyncIteration) as exc:
+        raise RuntimeError(f"the check raised {type(exc).__name__}") from exc
+
+
+def _async_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
+    """The guard's sleep in async code: ``asyncio.sleep`` unless a fake one was injected."""
+    if sleep is time.sleep:
+        return asyncio.sleep
+
+    async def fake(seconds: float) -> None:
+        sleep(seconds)
+
+    return fake

@@ -1,0 +1,105 @@
+"""Emission: the single exit of every result, and where incidents are recorded.
+
+Each result leaves through :meth:`Emitter.emit`: sealed (redacted, cut to the token budget),
+then, only when someone listens, described once as a :class:`~toolfault._trace.CallEvent`
+for the observers, the JSONL trace and an OpenTelemetry span.  Emitting never turns a
+result into a raise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from toolfault import _trace
+from toolfault._call import _Call
+from toolfault._records import Incident, IncidentKind
+from toolfault._result import ToolResult
+
+if TYPE_CHECKING:
+    from toolfault._guard import Guard
+
+log = logging.getLogger("toolfault")
+
+
+class Emitter:
+    """Seals and publishes results and incidents for one guard scope."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._g = guard
+
+    def emit(self, call: _Call, result: ToolResult) -> ToolResult:
+        """Seal the result and tell whoever listens; never raises."""
+        try:
+            return self._emit(call, result)
+        except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
+            try:
+                return self._g._shaper.seal(result)
+            except Exception:  # noqa: BLE001
+                return result
+
+    def _emit(self, call: _Call, result: ToolResult) -> ToolResult:
+        g = self._g
+        if not result.ok:
+            result = g._shaper.seal(result)
+        tracing = _trace.tracing_active()
+        if not g._observers and not tracing:
+            return result
+        redactor = g.redactor
+        args = call.args
+        event = _trace.CallEvent(
+            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g.turn,
+            fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
+            outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
+            attempts=result.attempts, dispatched=call.dispatched,
+            error_tokens=0 if result.ok else g.count_tokens(result.text), mode=g.mode,
+            args=(lambda: redactor.value(args)) if isinstance(args, dict) else None,
+            side_effect=bool(call.spec and call.spec.side_effect),
+            duration_s=time.monotonic() - call.started,
+            shadow=redactor.value(dict(call.shadow)) if call.shadow else None,
+            at=time.time(),
+        )
+        if tracing:
+            content = redactor.secrets(json.dumps(event.args, default=str)) \
+                if g.capture_content else None
+            span = _trace.start_tool_span(result.tool, result.call_id, content=content)
+            adm = call.admission
+            budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend} \
+                if adm is not None else None
+            _trace.finish_tool_span(span, event, result=(redactor.secrets(result.text)
+                                                         if g.capture_content else None),
+                                    budget=budget)
+        _trace.safe_notify(g._observers, event)
+        return result
+
+    def incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
+        """Record an incident (the shared store, else the local fallback) and trace it."""
+        g = self._g
+        incident = Incident(kind, tool, code, g.redactor.prose(detail), g.task_id, g.turn)
+        try:
+            g._store.add_incident(incident)
+        except Exception:
+            g._store.fallback.add_incident(incident)
+        self._write(incident)
+
+    def degraded(self, exc: BaseException) -> None:
+        """The store became unreachable: a warning, an incident kept locally, a trace line."""
+        g = self._g
+        g.last_degraded_error = type(exc).__name__
+        log.warning("toolfault state store unavailable (%s); policy=%s",
+                    type(exc).__name__, g._store.policy)
+        incident = Incident(IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
+                            f"store unreachable ({type(exc).__name__}); "
+                            f"policy {g._store.policy}", g.task_id, g.turn)
+        g._store.fallback.add_incident(incident)
+        self._write(incident)
+
+    def _write(self, incident: Incident) -> None:
+        sink = self._g._sink
+        if sink is not None:
+            try:
+                sink.write({"type": "incident", **incident.to_dict()})
+            except Exception:  # noqa: BLE001 - a full disk must not break the call
+                log.info("toolfault could not write an incident to the trace")

@@ -1,0 +1,518 @@
+"""The decision pipeline: one call from raw arguments to a shaped result, written once.
+
+parse -> fingerprint -> admit -> validate -> precheck -> dispatch -> classify -> shape ->
+record.  :meth:`Pipeline.steps` is a generator (the model is tenacity's ``BaseRetrying.iter``):
+whenever it needs the world it yields a step -- :data:`~toolfault._call.DISPATCH` (run the
+tool), :data:`~toolfault._call.VERIFY` (run its postcondition) or a
+:class:`~toolfault._call.Sleep` -- and is sent back what happened.  The sync and async
+drivers (:mod:`toolfault._drivers`) perform those steps; nothing here runs a tool or waits,
+so both entry points take the same decisions by construction.
+
+There is no separate fast path: a success is cheap because the pipeline is.  The fingerprint,
+the costliest step, is computed lazily: a local store admits a call in a quiet turn without
+it, and every failure resolves it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from toolfault._admission import CallKey, Fingerprint
+from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Raised, _Value
+from toolfault._classify import Failure, from_entry, from_exception
+from toolfault._errors import FailureClass, Outcome, StateUnavailableError
+from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint
+from toolfault._message import echo_args
+from toolfault._records import IncidentKind
+from toolfault._result import ToolResult
+from toolfault._tool import ToolSpec
+
+if TYPE_CHECKING:
+    from toolfault._guard import Guard
+
+log = logging.getLogger("toolfault")
+
+Steps = Generator[Step, Any, ToolResult]
+_MAX_JSON_CHARS = 2_000_000
+#: The ledger keeps a success's text for replays up to this size.
+_MAX_TOLD_TEXT = 100_000
+
+
+class Pipeline:
+    """The pure steps of one guarded call (reads the guard's settings and parts)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._g = guard
+
+    # -- the whole call ------------------------------------------------------------------
+    def steps(self, call: _Call) -> Steps:
+        """One call, start to finish; yields the IO it needs, returns the result."""
+        early = self._admit(call)
+        if early is None and call.spec is not None and call.spec.side_effect:
+            early = yield from self._g._effects.precheck(call)
+        if early is not None:
+            return early
+        done = yield from self._attempts(call)
+        return self._finish(call, done)
+
+    # -- parse, fingerprint, admit, validate ----------------------------------------------
+    def _admit(self, call: _Call) -> ToolResult | None:
+        g = self._g
+        name = call.name
+        spec = g._tools.get(name)
+        if spec is None:
+            call.name = g._shaper.safe_name(name)
+        args = self.parse(call)
+        if g._progress.halted and g.mode == "enforce":
+            halted = g._ladder.still_halted(call, spec, args)
+            if halted is not None:
+                return halted
+        if spec is None:  # the name is the first mistake to report, whatever the arguments
+            if args is NOT_JSON:
+                call.shadow.pop("json_reason", None)
+                call.args = call.args if isinstance(call.args, str) else repr(call.args)
+            else:
+                call.args = args
+            return self._unknown_tool(call)
+        if args is NOT_JSON:
+            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+        call.args = args
+        call.spec = spec
+        # Every call is counted and reserved, so identical calls in flight count toward the
+        # cap atomically; the fingerprint is computed now only where a store or a check
+        # needs it (see Fingerprint).
+        if spec.plain and not spec.normalizers and _plain(args):
+            fp = Fingerprint(_Lazy(spec, args))
+        else:
+            problem = self.resolve_fp(call)
+            if problem is not None:
+                return self.fail_unscoped(call, "invalid_argument", problem)
+            fp = Fingerprint(call.fp)
+        limits = g.limits
+        if limits.block_seconds is not None and g._progress.has_capped(g.task_id, g.turn):
+            g._ladder.lift_expired(CallKey(g.task_id, g.turn, self.resolve(call, fp)))
+        request = g._budgets.request(spec, fp)
+        call.fingerprint = fp
+        try:
+            adm = call.admission = g._store.admit(request)
+        except StateUnavailableError:
+            return self.fail(call, from_entry(g.catalog.get("state_unavailable"),
+                                              "the agent's shared safety state is unreachable"),
+                             count=False)
+        if adm.admitted:
+            call.request = request  # settled when the call ends
+            if fp.resolved:
+                self.resolve(call, fp)
+            else:
+                call.key = None
+            return self._validate(call, spec, args)
+        return self._refused(call, fp)
+
+    def _refused(self, call: _Call, fp: Fingerprint) -> ToolResult | None:
+        """A call the counters did not admit: over budget, blocked or busy."""
+        g = self._g
+        adm = call.admission
+        assert adm is not None and call.spec is not None
+        self.resolve(call, fp)
+        if adm.over is not None:
+            over = g._budgets.exceeded(call, adm)
+            if over is not None:
+                return over
+        if adm.blocked:
+            if g.mode == "enforce":
+                return g._ladder.blocked(call, adm)
+            call.shadow["would_block"] = True
+        if adm.busy:
+            if g.mode == "enforce":
+                return self.fail(call, from_entry(
+                    g.catalog.get("in_progress"),
+                    f"an identical {call.name} call is still running"), count=False)
+            call.shadow["would_be_busy"] = True
+        return self._validate(call, call.spec, call.args)
+
+    def resolve(self, call: _Call, fp: Fingerprint) -> str:
+        """The call's fingerprint and counter key, computed now if they were not yet."""
+        if not call.fp:
+            call.fp = fp()
+        g = self._g
+        call.key = CallKey(g.task_id, g.turn, call.fp)
+        return call.fp
+
+    def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
+        g = self._g
+        kwargs, problems = spec.validator.validate(args)
+        if not problems:
+            call.kwargs = kwargs
+            return None
+        if g.mode == "observe":
+            call.shadow["would_reject"] = problems[0].reason
+            call.kwargs = dict(args)
+            return None
+        g._budgets.refund(call)
+        first = problems[0]
+        reason = "; ".join(p.reason for p in problems[:2])
+        failure = from_entry(g.catalog.get("invalid_argument"), reason,
+                             next_action=first.next_action, param=first.param)
+        failure.expected = first.expected
+        failure.values["first_reason"] = first.reason
+        return self.fail(call, failure)
+
+    def resolve_fp(self, call: _Call) -> str | None:
+        """Fingerprint the call (once); returns why the arguments are unusable, if they are."""
+        if call.fp:
+            return None
+        fp = call.fingerprint
+        if fp is not None and fp.resolved:
+            call.fp = fp()
+        else:
+            assert call.spec is not None
+            try:
+                call.fp = fingerprint(call.spec.name, call.args, call.spec.normalizers)
+            except RecursionError:
+                return "the arguments are nested too deeply"
+            except (ValueError, TypeError) as exc:
+                text = str(exc)
+                if "NaN" in text or "Infinity" in text or "nan" in text.lower():
+                    return "the arguments contain NaN or Infinity, which is not a valid number"
+                if "too large" in text:
+                    return text
+                return "the arguments must be plain JSON values"
+        g = self._g
+        call.key = CallKey(g.task_id, g.turn, call.fp)
+        return None
+
+    def parse(self, call: _Call) -> Any:
+        """The call's arguments as a dict, or :data:`NOT_JSON` (the reason in the shadow)."""
+        raw = call.args
+        if raw is None:
+            return {}
+        if type(raw) is dict:
+            return raw
+        if isinstance(raw, (str, bytes, bytearray)):
+            return _parse_json(call, raw)
+        if isinstance(raw, Mapping):
+            return dict(raw)
+        dump = getattr(raw, "model_dump", None)
+        if callable(dump):
+            dumped = dump()
+            if isinstance(dumped, dict):
+                return dumped
+        call.shadow["json_reason"] = (
+            f"the arguments must be a JSON object, not {type(raw).__name__}"
+        )
+        return NOT_JSON
+
+    # -- dispatch, classify, verify, retry -------------------------------------------------
+    def _attempts(self, call: _Call) -> Generator[Step, Any, _Value | Failure]:
+        """Run the tool until it succeeds or its failure is final; transient ones retry
+        inside the wrapper (backoff, Retry-After), before the model ever sees them."""
+        g = self._g
+        retries = 0
+        loop_started = 0.0
+        while True:
+            call.attempts += 1
+            call.dispatched = True
+            reply = yield DISPATCH
+            if isinstance(reply, _Value):  # a returned error is final: it is not retried
+                returned = self._returned_error(call, reply.value)
+                return reply if returned is None else returned
+            else:
+                assert isinstance(reply, _Raised)
+                failure = self._classify(call, reply.exc)
+                if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
+                        and g.mode == "enforce" and not self.out_of_time(call):
+                    running = call.orphan is not None and not call.orphan.done()
+                    verdict = yield VERIFY
+                    failure = g._effects.verified(failure, verdict, call, running)
+            if not self._retryable(failure) or self.out_of_time(call):
+                return failure
+            backoff = g.limits.backoff
+            if retries == 0:
+                delay = _first_wait(backoff, failure)
+                loop_started = time.monotonic()
+            else:
+                delay = _next_wait(backoff, retries, failure)
+                if retries >= backoff.attempts - 1 or \
+                        time.monotonic() - loop_started + delay >= backoff.max_seconds:
+                    return failure
+            retries += 1
+            left = self.left(call)
+            yield Sleep(delay if left is None else max(0.0, min(delay, left)))
+
+    def _retryable(self, failure: Failure) -> bool:
+        g = self._g
+        backoff = g.limits.backoff
+        if g.mode != "enforce" or backoff.attempts <= 1 or not failure.transient:
+            return False
+        if failure.outcome is not Outcome.NO_EFFECT:
+            return False
+        return not (failure.retry_after is not None and failure.retry_after > backoff.max_seconds)
+
+    def _returned_error(self, call: _Call, value: Any) -> Failure | None:
+        """A returned error value as a failure, else ``None`` (the value is a result)."""
+        spec = call.spec
+        assert spec is not None
+        detector = spec.error_result
+        if detector is None:
+            return None
+        try:
+            reason = detector(value)
+        except Exception:  # noqa: BLE001 - a broken detector: the value stands
+            return None
+        if not reason:
+            return None
+        g = self._g
+        entry = g.catalog.for_text(str(reason), exclude=("internal_error",))
+        entry = entry or g.catalog.get("tool_error")
+        failure = from_entry(entry, str(reason)[:300], cause=None)
+        failure.values["returned"] = g._shaper.success_text(value)[0]
+        return failure
+
+    def _classify(self, call: _Call, exc: BaseException) -> Failure:
+        assert call.spec is not None
+        failure = from_exception(exc, self._g.catalog, tool=call.name,
+                                 side_effect=call.spec.side_effect)
+        # One quiet line per failure; the traceback only when asked (see RedactingFilter).
+        log.info("tool %s raised %s (code %s)", call.name, type(exc).__name__, failure.code,
+                 exc_info=exc)
+        return failure
+
+    def left(self, call: _Call) -> float | None:
+        """Seconds left before the call's deadline (``None``: no deadline)."""
+        deadline = self._g.deadline
+        if deadline is None:
+            return None
+        return deadline - (time.monotonic() - call.started)
+
+    def out_of_time(self, call: _Call) -> bool:
+        left = self.left(call)
+        return left is not None and left <= 0.05
+
+    def attempt_limit(self, call: _Call, timeout: float | None) -> float | None:
+        """The wait for one attempt: the tool's own timeout within the call's deadline."""
+        left = self.left(call)
+        if left is None:
+            return timeout
+        left = max(left, 0.0)
+        return left if timeout is None else min(timeout, left)
+
+    # -- shape and record --------------------------------------------------------------------
+    def _finish(self, call: _Call, done: _Value | Failure) -> ToolResult:
+        if isinstance(done, _Value):
+            return self._succeeded(call, done.value)
+        g = self._g
+        failure = done
+        count = failure.outcome is not Outcome.APPLIED
+        self.resolve_fp(call)
+        assert call.key is not None
+        if not count:
+            g._safe_store(g._store.clear_failures, call.key)
+        result = self.fail(call, failure, count=count)
+        if call.entry is not None:
+            effect = failure.outcome
+            confirmed = "postcondition" if "confirmed" in failure.values else None
+            if effect is Outcome.NO_EFFECT and confirmed is None and \
+                    failure.failure_class is FailureClass.INTERNAL:
+                effect = Outcome.UNKNOWN
+            call.entry = replace(call.entry, effect=effect, told=result.code,
+                                 told_effect=result.outcome, confirmed_by=confirmed,
+                                 attempts=call.attempts, told_text=_told(result.text))
+            g._effects.put_ledger(call.entry)
+        return result
+
+    def _succeeded(self, call: _Call, value: Any) -> ToolResult:
+        g = self._g
+        spec = call.spec
+        assert spec is not None
+        adm = call.admission
+        if adm is not None and adm.failures and call.key is not None:
+            g._safe_store(g._store.clear_failures, call.key)
+        text, data = g._shaper.success_text(value)
+        if call.entry is not None:
+            call.entry = replace(call.entry, effect=Outcome.APPLIED, told="ok",
+                                 told_effect=Outcome.APPLIED, confirmed_by="return",
+                                 attempts=call.attempts, told_text=_told(text))
+            g._effects.put_ledger(call.entry)
+        limits = g.limits
+        if g.mode == "enforce" and (limits.no_progress_cycle is not None
+                                    or limits.success_lifts_blocks):
+            cycle = g._ladder.note_success(spec, call.args, text)
+            if cycle:
+                return g._ladder.no_progress(call, cycle)
+        fp = call.fingerprint
+        return ToolResult(spec.name, True, text, data, call.attempts, call.call_id, None,
+                          call.fp or fp or "")
+
+    def fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
+        """Shape a failure; count it for the fingerprint; the terminal message at the cap."""
+        g = self._g
+        spec = call.spec
+        limit = g.limits.limit_for(failure.failure_class,
+                                   failure.entry.retry_limit or (spec.retry_limit
+                                                                 if spec else None))
+        failures = 0
+        if count and spec is not None and not call.fp:
+            self.resolve_fp(call)
+        if count and call.key is not None:
+            try:
+                failures = g._store.record_failure(call.key, g._shaper.pack(call, failure),
+                                                   limit)
+            except StateUnavailableError:
+                failures = 0
+            if failures >= limit and g.mode != "enforce":
+                call.shadow["would_be_terminal"] = True
+        if count and g.mode == "enforce":
+            halted = g._ladder.note_failure(call, failure, terminal=failures >= limit)
+            if halted is not None:
+                return halted
+        alternatives = g._shaper.alternatives(call, failure)
+        if count and failures >= limit and g.mode == "enforce":
+            g._emitter.incident(IncidentKind.RETRY_CAP, call.name, failure.code,
+                                f"{failures} identical failing calls (limit {limit})")
+            return g._shaper.terminal(call, failure, failures, alternatives,
+                                      blocked_for=g.limits.block_seconds)
+        return g._shaper.four_part(call, failure, alternatives)
+
+    def fail_unscoped(self, call: _Call, code: str, reason: str) -> ToolResult:
+        """A failure before the call could be fingerprinted (bad JSON, absurd arguments)."""
+        g = self._g
+        raw = call.args if isinstance(call.args, (dict, list)) else str(call.args)
+        call.args = raw
+        if call.spec is None:
+            call.spec = g._tools.get(call.name)
+        try:
+            basis = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True, default=repr)
+        except (TypeError, ValueError, RecursionError):
+            basis = echo_args(raw)  # bounded depth: safe for cyclic or absurdly deep values
+        call.fp = hashlib.sha256(f"__invalid__\x00{call.name}\x00{basis}".encode(
+            "utf-8", "surrogatepass")).hexdigest()
+        call.key = CallKey(g.task_id, g.turn, call.fp)
+        return self.fail(call, from_entry(g.catalog.get(code), reason))
+
+    def _unknown_tool(self, call: _Call) -> ToolResult:
+        g = self._g
+        names = sorted(g._tools)
+        nearest = difflib.get_close_matches(call.name, names, n=3, cutoff=0.4) or names[:5]
+        failure = from_entry(
+            g.catalog.get("unknown_tool"),
+            f"there is no tool named {call.name!r}",
+        )
+        failure.values["nearest"] = ", ".join(nearest) if nearest else "none are registered"
+        try:
+            call.fp = fingerprint("__unknown__", {"tool": call.name, "args": call.args})
+        except (ValueError, TypeError, RecursionError):
+            call.fp = fingerprint("__unknown__", {"tool": call.name})
+        call.key = CallKey(g.task_id, g.turn, call.fp)
+        return self.fail(call, failure)
+
+    def shaped(self, call: _Call, error: BaseException) -> ToolResult:
+        """An exception raised outside the guard, shaped (not counted against caps)."""
+        g = self._g
+        parsed = self.parse(call)
+        if parsed is NOT_JSON:
+            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+        call.args = parsed
+        failure = from_exception(error, g.catalog, tool=call.name,
+                                 side_effect=bool(call.spec and call.spec.side_effect))
+        return self.fail(call, failure, count=False)
+
+
+class _Lazy:
+    """The fingerprint of one call's arguments, computed only if someone asks."""
+
+    __slots__ = ("args", "spec")
+
+    def __init__(self, spec: ToolSpec, args: dict[str, Any]) -> None:
+        self.spec, self.args = spec, args
+
+    def __call__(self) -> str:
+        return fingerprint(self.spec.name, self.args, self.spec.normalizers)
+
+
+_SCALARS = (int, bool, type(None))
+
+
+def _plain(args: dict[str, Any]) -> bool:
+    """Arguments the canonical fingerprint surely accepts (so it may be computed later):
+    string keys; strings, ints, bools, nulls, finite floats and flat lists of them."""
+    budget = MAX_CANONICAL_BYTES // 4
+    for key, value in args.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is str:
+            budget -= len(value)
+        elif kind is float:
+            if value - value != 0.0:  # NaN or infinity
+                return False
+        elif kind is list:
+            if len(value) > 1_000:
+                return False
+            for item in value:
+                sub = type(item)
+                if sub is str:
+                    budget -= len(item)
+                elif sub is float:
+                    if item - item != 0.0:
+                        return False
+                elif sub not in _SCALARS:
+                    return False
+        elif kind not in _SCALARS:
+            return False
+    return budget > 0
+
+
+def _parse_json(call: _Call, raw: str | bytes | bytearray) -> Any:
+    text = raw.decode("utf-8", "replace") if not isinstance(raw, str) else raw
+    if not text.strip():
+        return {}
+    if len(text) > _MAX_JSON_CHARS:
+        call.shadow["json_reason"] = (f"the arguments are too large ({len(text)} "
+                                      f"characters; the limit is {_MAX_JSON_CHARS})")
+        return NOT_JSON
+    try:
+        parsed = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        call.shadow["json_reason"] = "the arguments are nested too deeply"
+        return NOT_JSON
+    except ValueError as exc:
+        msg = getattr(exc, "msg", str(exc))
+        pos = getattr(exc, "pos", None)
+        where = f" at character {pos}" if pos is not None else ""
+        call.shadow["json_reason"] = f"the arguments are not valid JSON ({msg}{where})"
+        return NOT_JSON
+    if not isinstance(parsed, dict):
+        call.shadow["json_reason"] = (
+            f"the arguments must be a JSON object, not {type(parsed).__name__}"
+        )
+        return NOT_JSON
+    return parsed
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _first_wait(backoff: Any, failure: Failure) -> float:
+    delay = backoff.initial + (random.uniform(0, backoff.jitter) if backoff.jitter else 0.0)
+    return float(max(min(delay, backoff.maximum), failure.retry_after or 0.0))
+
+
+def _next_wait(backoff: Any, retries: int, failure: Failure) -> float:
+    """Exponential backoff after the ``retries``-th retry failed, honouring Retry-After."""
+    delay = min(backoff.maximum, backoff.initial * (2 ** max(0, retries - 1)))
+    delay += random.uniform(0, backoff.jitter) if backoff.jitter else 0.0
+    return float(max(delay, failure.retry_after or 0.0))
+
+
+def _told(text: str) -> str | None:
+    """The text kept in the ledger for a replay (none when too large to keep)."""
+    return text if len(text) <= _MAX_TOLD_TEXT else None

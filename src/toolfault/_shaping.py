@@ -1,0 +1,369 @@
+"""Shaping: every failure in the four-part contract, and every success as the model's text.
+
+Pure words: nothing here counts, stores or emits.  The pipeline decides *what* happened
+(a :class:`~toolfault._classify.Failure`, a block, a halt); the shaper says it within the
+catalog's token budget, redacted, naming one next move.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from toolfault._call import _Call
+from toolfault._catalog import fill
+from toolfault._classify import Failure, from_entry
+from toolfault._errors import FailureClass, Outcome, ToolError
+from toolfault._jsontext import prebuilt_encoder
+from toolfault._message import (
+    echo_args,
+    fit_to_budget,
+    format_seconds,
+    render_error,
+    render_terminal,
+)
+from toolfault._redact import REDACTED
+from toolfault._result import FailureInfo, ToolResult
+from toolfault._tool import Alternative
+
+if TYPE_CHECKING:
+    from toolfault._guard import Guard
+
+log = logging.getLogger("toolfault")
+
+
+class Shaper:
+    """The guard's words (reads the guard's catalog, redactor, tokenizer and mode)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._g = guard
+
+    def args_text(self, call: _Call) -> str:
+        """The rejected arguments as echoed to the model: redacted, bounded."""
+        args = call.args if isinstance(call.args, (dict, list, str)) else repr(call.args)
+        return echo_args(self._g.redactor.value(args))
+
+    def terminal(self, call: _Call, failure: Failure, count: int,
+                 alternatives: Sequence[Alternative], *, blocked_for: float | None,
+                 blocked: bool = False) -> ToolResult:
+        """The message after the cap: retrying is not allowed, here are the legal moves."""
+        rendered = render_terminal(tool=call.name, code=failure.code, count=count,
+                                   moves=self._moves(call, failure, alternatives),
+                                   args_text=self.args_text(call), blocked_for=blocked_for)
+        problem = {**rendered.problem, "blocked": True} if blocked else rendered.problem
+        return self._error_result(call, failure, rendered.text, problem, terminal=True,
+                                  blocked=blocked)
+
+    def four_part(self, call: _Call, failure: Failure,
+                  alternatives: Sequence[Alternative] | None = None) -> ToolResult:
+        """A first (non-terminal) failure as the four-part message."""
+        alts = self.alternatives(call, failure) if alternatives is None else alternatives
+        text, problem = self._four_part(call, failure, self.args_text(call), alts)
+        return self._error_result(call, failure, text, problem, terminal=False)
+
+    def halted(self, call: _Call, failure: Failure, *, retry_after: float | None,
+               blocked: bool) -> ToolResult:
+        """The halt message: the turn is over (or refused for a while)."""
+        text, problem = self._four_part(call, failure, self.args_text(call), [])
+        problem["terminal"] = True
+        problem["halt"] = True
+        if retry_after is not None:
+            problem["retry_after"] = retry_after
+        return self._error_result(call, failure, text, problem, terminal=True,
+                                  blocked=blocked, halt=True)
+
+    def no_progress(self, call: _Call, failure: Failure) -> ToolResult:
+        text, problem = self._four_part(call, failure, self.args_text(call),
+                                        self.alternatives(call, failure))
+        problem["terminal"] = True
+        return self._error_result(call, failure, text, problem, terminal=True)
+
+    def pack(self, call: _Call, failure: Failure) -> str:
+        """The code (and the parameter it is about) kept with a failure record."""
+        param = failure.param or self._param_in(call, failure.reason)
+        return f"{failure.code}:{self._g.redactor.secrets(param)[:200]}" if param \
+            else failure.code
+
+    def safe_name(self, name: str) -> str:
+        """A tool name safe to echo and trace: identifier characters, no secret in any form."""
+        secrets = self._g.redactor.secrets
+        return secrets(_display_name(secrets(name[:4_000])))
+
+    def _four_part(self, call: _Call, failure: Failure, args_text: str,
+                   alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
+        entry = failure.entry
+        hidden = self._g.redactor.hidden_values(call.args)
+        allow = [a for a in _strings_in(call.args) if a not in hidden]
+        values: dict[str, object] = {
+            "tool": call.name,
+            "code": failure.code,
+            "param": failure.param or self._param_in(call, failure.reason),
+            "expected": failure.expected,
+            "alternative": alternatives[0].name if alternatives else None,
+            "retry_after": format_seconds(failure.retry_after) if failure.retry_after else None,
+            "check_with": (call.spec.check_with if call.spec else None),
+            "nearest": failure.values.get("nearest"),
+        }
+        values["reason"] = failure.reason
+        reason = _without(self._g.redactor.prose(fill(entry.reason, values), allow=allow), hidden)
+        if not reason.strip(" ."):
+            reason = entry.summary or f"{call.name} failed"
+        if failure.next_action:
+            next_action = failure.next_action
+        else:
+            next_action = fill(entry.next_action, values)
+        next_action = _without(self._g.redactor.prose(next_action.rstrip(". "), allow=allow),
+                               hidden)
+        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
+            next_action = fill(entry.next_action, values).rstrip(". ") or \
+                "stop and report this failure to the user"
+        mentioned = [a for a in alternatives if a.name in next_action]
+        extra = [a for a in alternatives if a not in mentioned]
+        if extra and failure.outcome is not Outcome.APPLIED:
+            moves = ", or ".join(a.phrase() for a in extra[:2])
+            if next_action.startswith("stop"):  # the alternative first, stopping last
+                next_action = f"{moves}, or {next_action}"
+            else:
+                next_action = f"{next_action}, or {moves}"
+        retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
+        def render(reason: str, args_text: str) -> tuple[str, dict[str, Any]]:
+            rendered = render_error(
+                tool=call.name, code=failure.code, reason=reason, args_text=args_text,
+                outcome=failure.outcome, retryable=retryable, retry_after=failure.retry_after,
+                next_action=next_action, title=entry.summary,
+                failure_class=failure.failure_class.value,
+            )
+            return rendered.text, rendered.problem
+
+        text, problem = render(reason, args_text)
+        budget = self._g.catalog.token_budget
+        if self._g.count_tokens(text) > budget:
+            # Over budget: keep the first problem only, then echo less of the arguments.
+            first = failure.values.get("first_reason")
+            if isinstance(first, str):
+                reason = _without(self._g.redactor.prose(first, allow=allow), hidden)
+                text, problem = render(reason, args_text)
+            if self._g.count_tokens(text) > budget:
+                short = echo_args(self._g.redactor.value(call.args), max_chars=160)
+                text, problem = render(reason, short)
+        return text, problem
+
+    def _error_result(self, call: _Call, failure: Failure, text: str,
+                      problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
+                      halt: bool = False) -> ToolResult:
+        if self._g.mode == "observe":
+            call.shadow["would_say"] = text
+            text = self._g.redactor.secrets(_unshaped_text(call.name, failure))
+        info = FailureInfo(
+            code=failure.code, outcome=failure.outcome, terminal=terminal, blocked=blocked,
+            halt=halt, retryable=failure.retryable and not terminal,
+            failure_class=failure.failure_class,
+            error=failure.error or ToolError(
+                failure.code, failure.reason, outcome=failure.outcome,
+                failure_class=failure.failure_class, retryable=failure.retryable,
+            ),
+            cause=failure.cause,
+        )
+        return ToolResult(call.name, False, text, problem, call.attempts, call.call_id, info,
+                          call.fp)
+
+    def _moves(self, call: _Call, failure: Failure, alternatives: Sequence[Alternative]
+               ) -> list[str]:
+        param = failure.param or self._param_in(call, failure.reason)
+        if failure.failure_class is FailureClass.TRANSIENT:
+            first = f"call {call.name} later"
+        else:
+            first = f"call {call.name} with a different {param}" if param else \
+                f"call {call.name} with different arguments"
+        return [first, *(a.phrase() for a in alternatives)]
+
+    @staticmethod
+    def _param_in(call: _Call, reason: str) -> str | None:
+        """The argument a reason is about: named in it, or the only one there is."""
+        params = list(call.spec.params) if call.spec is not None else []
+        arg_keys: list[str] = []
+        if isinstance(call.args, dict):
+            arg_keys = [k for k in itertools.islice(call.args, 64) if isinstance(k, str) and k]
+        keys = params + [k for k in arg_keys if k not in params]
+        words = {w.rstrip(".") for w in _WORDS.findall(reason)}
+        for key in keys:
+            if key in words:
+                return key
+        lowered = " ".join(reason.lower().split())
+        for key in keys:
+            phrase = key.lower().replace("_", " ")
+            if " " in phrase and phrase in lowered:
+                return key
+            if phrase in {w.lower() for w in words}:
+                return key
+        if isinstance(call.args, dict) and len(call.args) == 1 and keys:
+            return keys[0]
+        return None
+
+    def alternatives(self, call: _Call, failure: Failure) -> list[Alternative]:
+        seen: dict[str, Alternative] = {}
+        for alt in (*(Alternative(a) for a in failure.alternatives),
+                    *(call.spec.alternatives if call.spec else ()),
+                    *((Alternative(failure.entry.alternative),) if failure.entry.alternative
+                      else ())):
+            if alt.name not in seen and alt.name != call.name:
+                seen[alt.name] = alt
+        return list(seen.values())
+
+    def crash(self, call: _Call, exc: BaseException) -> ToolResult:
+        try:
+            return self._crash_result(call, exc)
+        except Exception:  # noqa: BLE001 - the last line of defence must not raise
+            name = _display_name(self._g.redactor.secrets(call.name))
+            text = (f"{name} failed (code: internal_error).\n"
+                    f"Reason: {name} hit an internal error and did not complete.\n"
+                    "Rejected arguments: {}.\n"
+                    "Effect: unknown. It is not known whether the action happened; do not "
+                    "retry before checking.\n"
+                    "Next action: stop and report this failure to the user.")
+            info = FailureInfo(code="internal_error", outcome=Outcome.UNKNOWN, cause=exc)
+            return ToolResult(name, False, text, {"code": "internal_error"}, call.attempts,
+                              call.call_id, info, "")
+
+    def _crash_result(self, call: _Call, exc: BaseException) -> ToolResult:
+        log.warning("toolfault internal error while guarding %s (%s)", call.name,
+                    type(exc).__name__, exc_info=exc)
+        failure = from_entry(self._g.catalog.get("internal_error"),
+                             f"{call.name} hit an internal error and did not complete",
+                             cause=exc)
+        if call.spec is not None and call.spec.side_effect and call.dispatched:
+            failure.outcome = Outcome.UNKNOWN
+        text, problem = self._four_part(call, failure, echo_args(self._g.redactor.value(
+            call.args if isinstance(call.args, (dict, list, str)) else repr(call.args))), [])
+        return self._error_result(call, failure, text, problem, terminal=False)
+
+    def seal(self, result: ToolResult) -> ToolResult:
+        """The single exit of a shaped failure: one redaction pass over the name, the text and
+        the data (every form of every secret), and the message cut to the token budget."""
+        if result.ok:
+            return result  # a success's text and data were redacted as one in _success_text
+        redactor = self._g.redactor
+        text, data = redactor.secrets(result.text), redactor.value(result.data)
+        if not isinstance(data, dict):
+            data = {"detail": data}
+        g = self._g
+        if g._cut_to_budget and g.mode != "observe":  # observe passes raw text on
+            text, data = fit_to_budget(text, data, g.catalog.token_budget, g.count_tokens)
+        tool = redactor.secrets(result.tool)
+        if text == result.text and tool == result.tool and data == result.data:
+            return result
+        return replace(result, tool=tool, text=text, data=data)
+
+    def last_resort(self, name: object, args: Any, call_id: str | None,
+                    exc: BaseException) -> ToolResult:
+        """The answer when even the guard's own error path failed: shaped, never raised."""
+        timed_out = isinstance(exc, TimeoutError)
+        try:
+            shown = self.safe_name(name if isinstance(name, str) else str(name))
+        except Exception:  # noqa: BLE001 - a hostile name object
+            shown = "unnamed_tool"
+        spec = self._g._tools.get(name) if isinstance(name, str) else None
+        side_effect = bool(spec and spec.side_effect)
+        try:
+            args_text = echo_args(self._g.redactor.value(args if isinstance(args, (dict, list))
+                                                      else str(args)[:2_000]))
+        except Exception:  # noqa: BLE001
+            args_text = "{}"
+        code = "timeout" if timed_out else "internal_error"
+        outcome = Outcome.UNKNOWN if (side_effect or timed_out) else Outcome.NO_EFFECT
+        reason = (f"{shown} did not finish within the deadline of "
+                  f"{format_seconds(self._g.deadline or 0)}" if timed_out
+                  else f"{shown} hit an internal error and did not complete")
+        log.warning("toolfault answered %s for %s (%s)", code, shown, type(exc).__name__)
+        try:
+            rendered = render_error(
+                tool=shown, code=code, reason=reason, args_text=args_text, outcome=outcome,
+                retryable=False, retry_after=None,
+                next_action="stop and report this failure to the user",
+            )
+            text, problem = fit_to_budget(self._g.redactor.secrets(rendered.text),
+                                          self._g.redactor.value(rendered.problem),
+                                          self._g.catalog.token_budget, self._g.count_tokens)
+        except Exception:  # noqa: BLE001
+            text, problem = f"{shown} failed (code: {code}).", {"code": code}
+        info = FailureInfo(code=code, outcome=outcome, cause=exc)
+        return ToolResult(shown, False, text, problem, 0, call_id or "", info, "")
+
+    def success_text(self, value: Any) -> tuple[str, Any]:
+        """The model's text for a return value, and the value itself unless it held a secret."""
+        if isinstance(value, str):
+            text = value
+        elif value is None:
+            return "null", None
+        else:
+            try:
+                text = _encode_text(value)
+            except (TypeError, ValueError, RecursionError):
+                try:
+                    text = json.dumps(value, ensure_ascii=False, default=_json_default)
+                except (TypeError, ValueError):
+                    text = str(value)
+        clean = self._g.redactor.secrets(text)
+        if clean == text:
+            return text, value
+        if isinstance(value, str):
+            return clean, clean
+        try:
+            return clean, json.loads(clean)
+        except ValueError:
+            return clean, clean
+
+
+
+_WORDS = re.compile(r"(?<![\w.])[\w.\-]+")
+_NAME_JUNK = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+def _display_name(name: str) -> str:
+    """An unknown tool's name, safe to echo: identifier characters only, bounded length."""
+    cleaned = _NAME_JUNK.sub("_", name)[:64].strip("_")
+    return cleaned or "unnamed_tool"
+
+_encode_text = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
+
+
+def _without(text: str, hidden: set[str]) -> str:
+    """Replace values the model passed under secret-named arguments."""
+    for value in sorted(hidden, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def _strings_in(args: Any) -> list[str]:
+    if isinstance(args, dict):
+        return [v for v in args.values() if isinstance(v, str)][:32]
+    return []
+
+
+def _unshaped_text(tool: str, failure: Failure) -> str:
+    """What the model would have seen without toolfault (observe mode)."""
+    returned = failure.values.get("returned")
+    if isinstance(returned, str):
+        return returned
+    cause = failure.cause
+    if cause is not None:
+        return f"Error: {type(cause).__name__}: {cause}"
+    return f"Error: {failure.reason}"
+
+
+def _json_default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if hasattr(value, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(value)
+    return str(value)
+
+
