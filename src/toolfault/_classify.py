@@ -117,28 +117,32 @@ def _text_of(exc: BaseException) -> str:
     return text.strip().strip("'\"") if isinstance(text, str) else ""
 
 
+def _from_http(exc: BaseException, catalog: Catalog, http: tuple[int, float | None], *,
+               tool: str, side_effect: bool) -> Failure:
+    """A failure from an HTTP client's error, by its status (429 and 503 say "not now")."""
+    status, retry_after = http
+    by_status = catalog.for_status(status) or catalog.get("internal_error")
+    reason = f"the service behind {tool} answered HTTP {status}"
+    if status == 429:
+        reason = f"the service behind {tool} is rate limiting requests (HTTP 429)"
+    # A 5xx after a side-effecting request may have landed (503 and 429 say "not now").
+    outcome = (Outcome.UNKNOWN if side_effect and status >= 500 and status != 503
+               else by_status.outcome)
+    return from_entry(by_status, reason, retry_after=retry_after, cause=exc, outcome=outcome)
+
+
 def from_exception(
     exc: BaseException, catalog: Catalog, *, tool: str, side_effect: bool
 ) -> Failure:
     """Classify a raw exception; the exception itself is kept as ``cause`` for the trace."""
     if isinstance(exc, ToolError):
         return from_tool_error(exc, catalog)
-    names = {k.__name__ for k in type(exc).__mro__}
     try:
         http = _http_status(exc)
     except Exception:  # noqa: BLE001 - a hostile ``response`` attribute is no status
         http = None
     if http is not None:
-        status, retry_after = http
-        by_status = catalog.for_status(status) or catalog.get("internal_error")
-        reason = f"the service behind {tool} answered HTTP {status}"
-        if status == 429:
-            reason = f"the service behind {tool} is rate limiting requests (HTTP 429)"
-        # A 5xx after a side-effecting request may have landed (503 and 429 say "not now").
-        outcome = (Outcome.UNKNOWN if side_effect and status >= 500 and status != 503
-                   else by_status.outcome)
-        return from_entry(by_status, reason, retry_after=retry_after, cause=exc,
-                          outcome=outcome)
+        return _from_http(exc, catalog, http, tool=tool, side_effect=side_effect)
     mapped = catalog.for_exception(exc)
     if mapped is None:
         return from_entry(catalog.get("internal_error"),
@@ -147,7 +151,7 @@ def from_exception(
     entry = mapped
     outcome = entry.outcome
     if entry.failure_class is FailureClass.TRANSIENT and side_effect and not (
-        names & _BEFORE_DISPATCH
+        {k.__name__ for k in type(exc).__mro__} & _BEFORE_DISPATCH
     ):
         outcome = Outcome.UNKNOWN
     text = _text_of(exc)

@@ -96,12 +96,14 @@ def compile_normalizers(spec: NormalizeSpec | None) -> dict[str, tuple[Normalize
     return out
 
 
+def _nfc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def _canonical(value: Any) -> Any:
     kind = type(value)  # exact types first: no ABC checks on the common path
     if kind is str:
-        return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize(
-            "NFC", value
-        )
+        return _nfc(value)
     if kind is int or kind is bool or value is None:
         return value
     if kind is float:
@@ -113,10 +115,13 @@ def _canonical(value: Any) -> Any:
         }
     if kind is list or kind is tuple:
         return [_canonical(v) for v in value]
+    return _canonical_subclass(value)
+
+
+def _canonical_subclass(value: Any) -> Any:
+    """Subclasses and other mappings and sequences (the uncommon path)."""
     if isinstance(value, str):
-        return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize(
-            "NFC", value
-        )
+        return _nfc(value)
     if isinstance(value, float):
         return int(value) if value.is_integer() else value
     if isinstance(value, Mapping):

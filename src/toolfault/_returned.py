@@ -106,27 +106,39 @@ def default_error_result(value: Any) -> str | None:
             return _ERROR_PREFIX.sub("", value, count=1).strip() or "the tool reported an error"
         return None
     mapping = _mapping_of(value)
-    if mapping is None:
-        return None
+    return None if mapping is None else _mapping_error(mapping)
+
+
+def _mapping_error(mapping: Mapping[str, Any]) -> str | None:
+    """The reason a returned mapping carries, when it is an error envelope (see above)."""
     keys = {str(k) for k in mapping}
     statuses = {k: _says_failed(mapping[k]) for k in keys if _status_key(k)}
     if any(v is False for v in statuses.values()):
         return None  # a status field says it worked
     failed = [k for k, v in statuses.items() if v]
     others = keys - _ENVELOPE_KEYS - set(statuses)
+    if not others:
+        said = _error_field(mapping)
+        if said is not None:
+            return said
+    if not failed:
+        return None
+    said_value = next((mapping[k] for k in _MESSAGE_KEYS if mapping.get(k)), None)
+    string_status_only = all(isinstance(mapping[k], str) for k in failed)
+    if said_value is not None and (not others or not string_status_only):
+        return _as_text(said_value).strip() or "the tool reported an error"
+    if not others:
+        return f"the tool reported {failed[0]}: {_as_text(mapping[failed[0]]).lower()}"
+    return None
+
+
+def _error_field(mapping: Mapping[str, Any]) -> str | None:
+    """An ``error``/``errors`` field's words (with the message beside it), if it is set."""
     for key in ("error", "errors"):
-        if key in mapping and mapping[key] and not others:
+        if mapping.get(key):
             message = mapping.get("message") or mapping.get("detail")
             text = _as_text(mapping[key])
             if isinstance(message, str) and message and message not in text:
                 text = f"{text}: {message}" if isinstance(mapping[key], str) else message
             return text.strip() or "the tool reported an error"
-    if not failed:
-        return None
-    said = next((mapping[k] for k in _MESSAGE_KEYS if mapping.get(k)), None)
-    string_status_only = all(isinstance(mapping[k], str) for k in failed)
-    if said is not None and (not others or not string_status_only):
-        return _as_text(said).strip() or "the tool reported an error"
-    if not others:
-        return f"the tool reported {failed[0]}: {_as_text(mapping[failed[0]]).lower()}"
     return None

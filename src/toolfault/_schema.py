@@ -71,24 +71,32 @@ def describe(schema: Mapping[str, Any]) -> str:
     if isinstance(kind, list):
         return " or ".join(words.get(str(k), str(k)) for k in kind)
     base = words.get(str(kind), "a valid value") if kind else "a valid value"
-    bounds = []
-    if "minimum" in schema and "maximum" in schema:
-        schema = {k: v for k, v in schema.items() if k not in ("minimum", "maximum")} | {
-            "_range": f"from {schema['minimum']} to {schema['maximum']}"}
-        bounds.append(schema["_range"])
-    for key, word in (
-        ("exclusiveMinimum", "greater than"), ("minimum", "at least"),
-        ("exclusiveMaximum", "less than"), ("maximum", "at most"),
-        ("minLength", "of at least {} characters"), ("maxLength", "of at most {} characters"),
-        ("pattern", "matching {}"),
-    ):
-        if key in schema:
-            bounds.append(word.format(schema[key]) if "{}" in word else f"{word} {schema[key]}")
+    bounds = _bounds(schema)
     if kind == "array" and isinstance(schema.get("items"), Mapping):
         inner = describe(schema["items"])
         if inner != "a valid value":
             base = f"a list of {_plural(inner)}"
     return " ".join([base, *bounds])
+
+
+_BOUND_WORDS = (
+    ("exclusiveMinimum", "greater than"), ("minimum", "at least"),
+    ("exclusiveMaximum", "less than"), ("maximum", "at most"),
+    ("minLength", "of at least {} characters"), ("maxLength", "of at most {} characters"),
+    ("pattern", "matching {}"),
+)
+
+
+def _bounds(schema: Mapping[str, Any]) -> list[str]:
+    """A schema's constraints in words: ``from 1 to 5``, ``greater than 0``."""
+    bounds = []
+    if "minimum" in schema and "maximum" in schema:
+        bounds.append(f"from {schema['minimum']} to {schema['maximum']}")
+        schema = {k: v for k, v in schema.items() if k not in ("minimum", "maximum")}
+    for key, word in _BOUND_WORDS:
+        if key in schema:
+            bounds.append(word.format(schema[key]) if "{}" in word else f"{word} {schema[key]}")
+    return bounds
 
 
 def _plural(phrase: str) -> str:
@@ -130,32 +138,51 @@ def context_params(fn: Callable[..., Any], context_type: type) -> set[str]:
     return out
 
 
+def _fields_of(fn: Callable[..., Any], sig: inspect.Signature, skip: set[str]
+               ) -> tuple[dict[str, Any], bool]:
+    """The TypedDict fields of a signature, and whether ``**kwargs`` allows extra keys."""
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except Exception:
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra_allowed = False
+    for name, param in sig.parameters.items():
+        if name in skip or name == "self":
+            continue
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            extra_allowed = True
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            continue
+        hint = hints.get(name, Any)
+        required = param.default is inspect.Parameter.empty
+        fields[name] = Required[hint] if required else NotRequired[hint]
+    return fields, extra_allowed
+
+
+def _add_defaults(properties: dict[str, Any], sig: inspect.Signature) -> None:
+    """Parameter defaults into the schema the model sees (where JSON can say them)."""
+    for name, param in sig.parameters.items():
+        prop = properties.get(name)
+        if prop is not None and param.default is not inspect.Parameter.empty:
+            try:
+                prop.setdefault("default", TypeAdapter(Any).dump_python(param.default,
+                                                                        mode="json"))
+            except Exception:
+                pass
+
+
 class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
-    __slots__ = ("_adapter", "_numbers", "_tool", "fast_validate", "params", "required",
-                 "schema")
+    __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "params",
+                 "required", "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
         sig = inspect.signature(fn)
-        try:
-            hints = get_type_hints(fn, include_extras=True)
-        except Exception:
-            hints = {}
-        fields: dict[str, Any] = {}
-        extra_allowed = False
-        for name, param in sig.parameters.items():
-            if name in skip or name == "self":
-                continue
-            if param.kind is inspect.Parameter.VAR_KEYWORD:
-                extra_allowed = True
-                continue
-            if param.kind is inspect.Parameter.VAR_POSITIONAL:
-                continue
-            hint = hints.get(name, Any)
-            required = param.default is inspect.Parameter.empty
-            fields[name] = Required[hint] if required else NotRequired[hint]
+        fields, extra_allowed = _fields_of(fn, sig, skip)
         factory: Any = TypedDict  # built at runtime, so mypy cannot see the keys
         typed: Any = factory(f"{tool}_arguments", fields)
         typed.__pydantic_config__ = ConfigDict(  # pydantic reads config off the TypedDict
@@ -164,12 +191,17 @@ class PydanticValidator:
         self._adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(typed)
         #: pydantic-core's own entry point: raises ValidationError, skips TypeAdapter's wrapper.
         raw_validate = self._adapter.validator.validate_python
+        self._validate = raw_validate
         self.schema = _clean_schema(self._adapter.json_schema())
-        #: pydantic turns an int sent for a ``float`` into a float; the tool gets what was sent.
-        self._numbers = '"number"' in repr(self.schema).replace("'", '"')
-        if self._numbers:
+        #: pydantic turns an int sent for a ``float`` into a float; the tool gets what was
+        #: sent.  Only parameters whose schema has a number anywhere need that walk.
+        props = self.schema.get("properties", {})
+        numbers = tuple(name for name, prop in props.items()
+                        if '"number"' in repr(prop).replace("'", '"') or "$ref" in repr(prop))
+        self._numbers = numbers
+        if numbers:
             def validate_kept(args: dict[str, Any]) -> dict[str, Any]:
-                return _keep_sent(args, raw_validate(args))  # type: ignore[no-any-return]
+                return _keep_sent_in(args, raw_validate(args), numbers)
 
             self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = validate_kept
         else:
@@ -177,21 +209,16 @@ class PydanticValidator:
         self.schema.pop("additionalProperties", None) if extra_allowed else None
         if not extra_allowed:
             self.schema["additionalProperties"] = False
-        for name, param in sig.parameters.items():
-            prop = self.schema["properties"].get(name)
-            if prop is not None and param.default is not inspect.Parameter.empty:
-                try:
-                    prop.setdefault("default", TypeAdapter(Any).dump_python(param.default,
-                                                                            mode="json"))
-                except Exception:
-                    pass
+        _add_defaults(self.schema["properties"], sig)
         self.params = tuple(fields)
         self.required = frozenset(n for n, f in fields.items() if get_origin(f) is Required)
 
     def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
         try:
-            validated = self._adapter.validate_python(args)
-            return (_keep_sent(args, validated) if self._numbers else validated), []
+            validated = self._validate(args)
+            if self._numbers:
+                validated = _keep_sent_in(args, validated, self._numbers)
+            return validated, []
         except pydantic.ValidationError as exc:
             return args, [self._problem(err) for err in exc.errors(include_url=False)]
 
@@ -288,6 +315,18 @@ class JsonSchemaValidator:
         )
 
 
+def _keep_sent_in(sent: dict[str, Any], validated: dict[str, Any],
+                  names: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`_keep_sent` for the named parameters of a freshly validated dict (in place)."""
+    for name in names:
+        if name in sent and name in validated:
+            value = validated[name]
+            kept = _keep_sent(sent[name], value, 1)
+            if kept is not value:
+                validated[name] = kept
+    return validated
+
+
 def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:
     """The value the model sent wherever pydantic only widened it (an int for a ``float``).
 
@@ -300,22 +339,26 @@ def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:
     if depth > 32:
         return validated
     if kind is dict and type(sent) is dict:
-        changed = None
-        for key, value in validated.items():
-            if key in sent:
-                kept = _keep_sent(sent[key], value, depth + 1)
-                if kept is not value:
-                    if changed is None:
-                        changed = dict(validated)
-                    changed[key] = kept
-        return validated if changed is None else changed
-    if kind is list and type(sent) is list and len(sent) == len(validated):
+        return _keep_sent_dict(sent, validated, depth)
+    if kind in (list, tuple) and isinstance(sent, (list, tuple)) \
+            and len(sent) == len(validated) and (kind is tuple or type(sent) is list):
         items = [_keep_sent(a, b, depth + 1) for a, b in zip(sent, validated, strict=True)]
+        if kind is tuple:
+            return tuple(items)
         return validated if all(x is y for x, y in zip(items, validated, strict=True)) else items
-    if kind is tuple and isinstance(sent, (list, tuple)) and len(sent) == len(validated):
-        items = [_keep_sent(a, b, depth + 1) for a, b in zip(sent, validated, strict=True)]
-        return tuple(items)
     return validated
+
+
+def _keep_sent_dict(sent: dict[str, Any], validated: dict[str, Any], depth: int) -> Any:
+    changed = None
+    for key, value in validated.items():
+        if key in sent:
+            kept = _keep_sent(sent[key], value, depth + 1)
+            if kept is not value:
+                if changed is None:
+                    changed = dict(validated)
+                changed[key] = kept
+    return validated if changed is None else changed
 
 
 def _names(params: tuple[str, ...], limit: int = 6) -> str:

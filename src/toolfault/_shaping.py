@@ -97,7 +97,8 @@ class Shaper:
     def _four_part(self, call: _Call, failure: Failure, args_text: str,
                    alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
         entry = failure.entry
-        hidden = self._g.redactor.hidden_values(call.args)
+        redactor = self._g.redactor
+        hidden = redactor.hidden_values(call.args)
         allow = [a for a in _strings_in(call.args) if a not in hidden]
         values: dict[str, object] = {
             "tool": call.name,
@@ -108,29 +109,15 @@ class Shaper:
             "retry_after": format_seconds(failure.retry_after) if failure.retry_after else None,
             "check_with": (call.spec.check_with if call.spec else None),
             "nearest": failure.values.get("nearest"),
+            "reason": failure.reason,
         }
-        values["reason"] = failure.reason
-        reason = _without(self._g.redactor.prose(fill(entry.reason, values), allow=allow), hidden)
+        reason = _without(redactor.prose(fill(entry.reason, values), allow=allow), hidden)
         if not reason.strip(" ."):
             reason = entry.summary or f"{call.name} failed"
-        if failure.next_action:
-            next_action = failure.next_action
-        else:
-            next_action = fill(entry.next_action, values)
-        next_action = _without(self._g.redactor.prose(next_action.rstrip(". "), allow=allow),
-                               hidden)
-        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
-            next_action = fill(entry.next_action, values).rstrip(". ") or \
-                "stop and report this failure to the user"
-        mentioned = [a for a in alternatives if a.name in next_action]
-        extra = [a for a in alternatives if a not in mentioned]
-        if extra and failure.outcome is not Outcome.APPLIED:
-            moves = ", or ".join(a.phrase() for a in extra[:2])
-            if next_action.startswith("stop"):  # the alternative first, stopping last
-                next_action = f"{moves}, or {next_action}"
-            else:
-                next_action = f"{next_action}, or {moves}"
+        next_action = _with_moves(self._next_action(failure, values, allow, hidden),
+                                  alternatives, failure.outcome)
         retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
+
         def render(reason: str, args_text: str) -> tuple[str, dict[str, Any]]:
             rendered = render_error(
                 tool=call.name, code=failure.code, reason=reason, args_text=args_text,
@@ -146,12 +133,24 @@ class Shaper:
             # Over budget: keep the first problem only, then echo less of the arguments.
             first = failure.values.get("first_reason")
             if isinstance(first, str):
-                reason = _without(self._g.redactor.prose(first, allow=allow), hidden)
+                reason = _without(redactor.prose(first, allow=allow), hidden)
                 text, problem = render(reason, args_text)
             if self._g.count_tokens(text) > budget:
-                short = echo_args(self._g.redactor.value(call.args), max_chars=160)
+                short = echo_args(redactor.value(call.args), max_chars=160)
                 text, problem = render(reason, short)
         return text, problem
+
+    def _next_action(self, failure: Failure, values: dict[str, object], allow: list[str],
+                     hidden: set[str]) -> str:
+        """The one next move: the tool's own words, else the catalog row's; redacted."""
+        entry = failure.entry
+        next_action = failure.next_action or fill(entry.next_action, values)
+        next_action = _without(self._g.redactor.prose(next_action.rstrip(". "), allow=allow),
+                               hidden)
+        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
+            next_action = fill(entry.next_action, values).rstrip(". ") or \
+                "stop and report this failure to the user"
+        return next_action
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
                       problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
@@ -329,6 +328,17 @@ def _display_name(name: str) -> str:
     return cleaned or "unnamed_tool"
 
 _encode_text = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
+
+
+def _with_moves(next_action: str, alternatives: Sequence[Alternative], outcome: Outcome) -> str:
+    """The next action plus up to two alternative tools it does not mention yet."""
+    extra = [a for a in alternatives if a.name not in next_action]
+    if not extra or outcome is Outcome.APPLIED:
+        return next_action
+    moves = ", or ".join(a.phrase() for a in extra[:2])
+    if next_action.startswith("stop"):  # the alternative first, stopping last
+        return f"{moves}, or {next_action}"
+    return f"{next_action}, or {moves}"
 
 
 def _without(text: str, hidden: set[str]) -> str:
