@@ -216,7 +216,7 @@ class Pipeline:
         inside the wrapper (backoff, Retry-After), before the model ever sees them."""
         g = self._g
         retries = 0
-        loop_started = 0.0
+        loop_started = waited = 0.0
         while True:
             call.attempts += 1
             call.dispatched = True
@@ -240,10 +240,12 @@ class Pipeline:
                 loop_started = time.monotonic()
             else:
                 delay = _next_wait(backoff, retries, failure)
-                if retries >= backoff.attempts - 1 or \
-                        time.monotonic() - loop_started + delay >= backoff.max_seconds:
+                # Time spent retrying: the clock's, or what was slept where sleep is injected.
+                spent = max(time.monotonic() - loop_started, waited)
+                if retries >= backoff.attempts - 1 or spent + delay >= backoff.max_seconds:
                     return failure
             retries += 1
+            waited += delay
             left = self.left(call)
             yield Sleep(delay if left is None else max(0.0, min(delay, left)))
 
