@@ -436,7 +436,13 @@ class _Lazy:
         self.spec, self.args = spec, args
 
     def __call__(self) -> str:
-        return fingerprint(self.spec.name, self.args, self.spec.normalizers)
+        try:
+            return fingerprint(self.spec.name, self.args, self.spec.normalizers)
+        except (ValueError, TypeError, RecursionError):
+            # Not reachable for arguments _plain accepted; a store must never see a raise.
+            basis = echo_args(self.args)
+            return hashlib.sha256(f"__invalid__\x00{self.spec.name}\x00{basis}".encode(
+                "utf-8", "surrogatepass")).hexdigest()
 
 
 _SCALARS = (int, bool, type(None))

@@ -51,11 +51,18 @@ def _mapping_of(value: Any) -> Mapping[str, Any] | None:
 #: Keys whose value, when ``False`` (or a failure word), says the call did not succeed.
 _STATUS_KEYS = frozenset({"success", "ok", "succeeded", "successful", "status"})
 _STATUS_SUFFIXES = ("_status", "_success", "_ok", "_succeeded")
-_QUICK_KEYS = ("error", "errors", "success", "ok", "status")
+_QUICK_KEYS = frozenset({"error", "errors", "success", "ok", "status"})
 _FAILED_WORDS = frozenset({"error", "failed", "failure", "fail", "ko"})
 #: Keys that carry the words of a failure, in the order they are preferred.
 _MESSAGE_KEYS = ("error", "errors", "message", "msg", "detail", "details", "error_message",
                  "reason", "description")
+
+
+def _status_suffixed(mapping: dict[Any, Any]) -> bool:
+    for key in mapping:
+        if type(key) is str and key.endswith(_STATUS_SUFFIXES):
+            return True
+    return False
 
 
 def _status_key(key: str) -> bool:
@@ -96,8 +103,7 @@ def default_error_result(value: Any) -> str | None:
     ``Error:``.
     """
     kind = type(value)
-    if kind is dict and not any(k in value for k in _QUICK_KEYS) \
-            and not any(type(k) is str and k.endswith(_STATUS_SUFFIXES) for k in value):
+    if kind is dict and _QUICK_KEYS.isdisjoint(value) and not _status_suffixed(value):
         return None  # the common case, decided without walking much
     if kind in (int, float, bool, list, tuple) or value is None:
         return None
