@@ -56,7 +56,7 @@ class Progress:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._turns: OrderedDict[tuple[str, int], TurnState] = OrderedDict()
-        #: ``(task, turn)`` of halted turns: the fast path's one cheap check.
+        #: ``(task, turn)`` of halted turns: every call's one cheap check.
         self.halted: set[tuple[str, int]] = set()
 
     def get(self, task: str, turn: int) -> TurnState | None:

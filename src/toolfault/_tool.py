@@ -109,9 +109,9 @@ class ToolSpec:
     context_param: str | None = None
     param_docs: dict[str, str] = field(default_factory=dict)
     explicit_schema: bool = False
-    #: A sync, side-effect-free tool without timeout or context: eligible for the fast path.
+    #: A sync, side-effect-free tool without timeout or context: its fingerprint may wait.
     plain: bool = field(init=False, default=False)
-    #: The raw pydantic-core validator (raises on bad input), for the fast path; or None.
+    #: The raw pydantic-core validator (raises on bad input); or None.
     fast_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         init=False, default=None, repr=False)
 
