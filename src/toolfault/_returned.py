@@ -59,7 +59,7 @@ _MESSAGE_KEYS = ("error", "errors", "message", "msg", "detail", "details", "erro
 
 
 def _status_suffixed(mapping: dict[Any, Any]) -> bool:
-    for key in mapping:
+    for key in mapping:  # noqa: SIM110 - a plain loop: no generator on every success
         if type(key) is str and key.endswith(_STATUS_SUFFIXES):
             return True
     return False
