@@ -45,7 +45,7 @@ class Budgets:
             built = (g.limits, ceilings_for(g.limits, spec),
                      max(30.0, 4 * (spec.timeout or 30.0)))
             self._built[spec.name] = built
-        return AdmissionRequest(g.task_id, g.turn, fingerprint, spec.cost, built[2], built[1])
+        return AdmissionRequest(g.task_id, g._turn, fingerprint, spec.cost, built[2], built[1])
 
     def exceeded(self, call: _Call, adm: Admission) -> ToolResult | None:
         """``budget_exceeded`` and an incident (enforce), or a mark in the trace."""

@@ -50,7 +50,7 @@ class Emitter:
         redactor = g.redactor
         args = call.args
         event = _trace.CallEvent(
-            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g.turn,
+            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g._turn,
             fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
             outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
             attempts=result.attempts, dispatched=call.dispatched,
@@ -77,7 +77,7 @@ class Emitter:
     def incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
         """Record an incident (the shared store, else the local fallback) and trace it."""
         g = self._g
-        incident = Incident(kind, tool, code, g.redactor.prose(detail), g.task_id, g.turn)
+        incident = Incident(kind, tool, code, g.redactor.prose(detail), g.task_id, g._turn)
         try:
             g._store.add_incident(incident)
         except Exception:
@@ -92,7 +92,7 @@ class Emitter:
                     type(exc).__name__, g._store.policy)
         incident = Incident(IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
                             f"store unreachable ({type(exc).__name__}); "
-                            f"policy {g._store.policy}", g.task_id, g.turn)
+                            f"policy {g._store.policy}", g.task_id, g._turn)
         g._store.fallback.add_incident(incident)
         self._write(incident)
 

@@ -41,7 +41,7 @@ class Ladder:
         now = g._clock()
         progress = g._progress
         with progress.lock:
-            state = progress.state(g.task_id, g.turn)
+            state = progress.state(g.task_id, g._turn)
             refused = state.refused.get(key, 0) + 1
             state.refused[key] = refused
             since = state.capped.setdefault(key, now)  # capped by another process: from now
@@ -65,7 +65,7 @@ class Ladder:
              blocked: bool = True) -> ToolResult:
         """End the turn: an incident, the halt message, and every later call refused."""
         g = self._g
-        scope = (g.task_id, g.turn)
+        scope = (g.task_id, g._turn)
         progress = g._progress
         now = g._clock()
         with progress.lock:
@@ -92,7 +92,7 @@ class Ladder:
     def still_halted(self, call: _Call, spec: ToolSpec | None, args: Any) -> ToolResult | None:
         """The halt message while the turn is halted (lifted after ``block_seconds``)."""
         g = self._g
-        scope = (g.task_id, g.turn)
+        scope = (g.task_id, g._turn)
         progress = g._progress
         if scope not in progress.halted:
             return None
@@ -139,7 +139,7 @@ class Ladder:
         key = call.key
         progress = g._progress
         with progress.lock:
-            state = progress.state(g.task_id, g.turn)
+            state = progress.state(g.task_id, g._turn)
             # Every failed run of the body counts, retries inside the wrapper included: a
             # transient tool that failed 3 attempts twice has failed 6 times.
             failures = state.tool_failures.get(call.name, 0) + max(1, call.attempts)
@@ -172,11 +172,11 @@ class Ladder:
         progress = g._progress
         state = self._cached_state
         if state is None or not state.live or self._cached_for is not g.task_id \
-                or self._cached_turn != g.turn:
+                or self._cached_turn != g._turn:
             with progress.lock:
-                state = progress.state(g.task_id, g.turn)
+                state = progress.state(g.task_id, g._turn)
             self._cached_state, self._cached_for, self._cached_turn = \
-                state, g.task_id, g.turn
+                state, g.task_id, g._turn
         cycle = 0
         if limits.success_lifts_blocks and state.failed:
             with progress.lock:
@@ -214,11 +214,11 @@ class Ladder:
         g = self._g
         if not call.fp:
             g._pipeline.resolve_fp(call)
-        key = CallKey(g.task_id, g.turn, call.fp)
+        key = CallKey(g.task_id, g._turn, call.fp)
         call.key = key
         progress = g._progress
         with progress.lock:
-            state = progress.state(g.task_id, g.turn)
+            state = progress.state(g.task_id, g._turn)
             state.no_progress += 1
             told = state.no_progress
         if cycle == 1:

@@ -70,7 +70,7 @@ class Pipeline:
         spec = g._tools.get(name)
         if spec is None:
             call.name = g._shaper.safe_name(name)
-        args = self.parse(call)
+        args = call.args if type(call.args) is dict else self.parse(call)
         if g._progress.halted and g.mode == "enforce":
             halted = g._ladder.still_halted(call, spec, args)
             if halted is not None:
@@ -97,8 +97,8 @@ class Pipeline:
                 return self.fail_unscoped(call, "invalid_argument", problem)
             fp = Fingerprint(call.fp)
         limits = g.limits
-        if limits.block_seconds is not None and g._progress.has_capped(g.task_id, g.turn):
-            g._ladder.lift_expired(CallKey(g.task_id, g.turn, self.resolve(call, fp)))
+        if limits.block_seconds is not None and g._progress.has_capped(g.task_id, g._turn):
+            g._ladder.lift_expired(CallKey(g.task_id, g._turn, self.resolve(call, fp)))
         request = g._budgets.request(spec, fp)
         call.fingerprint = fp
         try:
@@ -143,7 +143,7 @@ class Pipeline:
         if not call.fp:
             call.fp = fp()
         g = self._g
-        call.key = CallKey(g.task_id, g.turn, call.fp)
+        call.key = CallKey(g.task_id, g._turn, call.fp)
         return call.fp
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
@@ -186,7 +186,7 @@ class Pipeline:
                     return text
                 return "the arguments must be plain JSON values"
         g = self._g
-        call.key = CallKey(g.task_id, g.turn, call.fp)
+        call.key = CallKey(g.task_id, g._turn, call.fp)
         return None
 
     def parse(self, call: _Call) -> Any:
@@ -396,7 +396,7 @@ class Pipeline:
             basis = echo_args(raw)  # bounded depth: safe for cyclic or absurdly deep values
         call.fp = hashlib.sha256(f"__invalid__\x00{call.name}\x00{basis}".encode(
             "utf-8", "surrogatepass")).hexdigest()
-        call.key = CallKey(g.task_id, g.turn, call.fp)
+        call.key = CallKey(g.task_id, g._turn, call.fp)
         return self.fail(call, from_entry(g.catalog.get(code), reason))
 
     def _unknown_tool(self, call: _Call) -> ToolResult:
@@ -412,7 +412,7 @@ class Pipeline:
             call.fp = fingerprint("__unknown__", {"tool": call.name, "args": call.args})
         except (ValueError, TypeError, RecursionError):
             call.fp = fingerprint("__unknown__", {"tool": call.name})
-        call.key = CallKey(g.task_id, g.turn, call.fp)
+        call.key = CallKey(g.task_id, g._turn, call.fp)
         return self.fail(call, failure)
 
     def shaped(self, call: _Call, error: BaseException) -> ToolResult:
