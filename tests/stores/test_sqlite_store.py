@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _requests import request
 
 from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
 from toolfault.stores import SQLiteStore
@@ -69,7 +70,7 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     key = CallKey("t1", 0, "fp")
     first = SQLiteStore(db)
-    first.admit(key, cost=2.5, max_calls=None, max_spend=None)
+    first.admit(request(key, cost=2.5))
     first.record_failure(key, "invalid_argument", 1)
     first.acquire("t1", "tok", 60)
     ledger = LedgerEntry("c1", "t1", "book", "fp", "k", {"seat": "1A"}, Outcome.UNKNOWN)
@@ -79,7 +80,7 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     first.close()
 
     second = SQLiteStore(db)
-    adm = second.admit(key, cost=1.0, max_calls=None, max_spend=None)
+    adm = second.admit(request(key, cost=1.0))
     assert adm.blocked and adm.calls_in_turn == 2 and adm.spend == pytest.approx(2.5)
     assert not second.acquire("t1", "tok", 60)
     assert second.ledger("t1") == [ledger]
@@ -91,7 +92,7 @@ def test_wal_and_synchronous_are_set(tmp_path: Path) -> None:
     """The file is in WAL mode and connections commit with the requested synchronous level."""
     db = tmp_path / "state.db"
     store = SQLiteStore(db, synchronous="FULL")
-    store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None, max_spend=None)
+    store.admit(request(CallKey("t", 0, "fp")))
     with sqlite3.connect(db) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._connect().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -104,11 +105,13 @@ def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
     SQLiteStore(db).close()
     script = textwrap.dedent(f"""
         import sys
-        from toolfault import CallKey
+        from toolfault import CallKey, Ceiling, Counter, AdmissionRequest
+        from toolfault._admission import Fingerprint
         from toolfault.stores import SQLiteStore
         store = SQLiteStore({str(db)!r})
-        ok = sum(store.admit(CallKey("t1", 0, f"fp{{i}}"), cost=1.0, max_calls=None,
-                             max_spend=30.0).admitted for i in range(25))
+        ceilings = (Ceiling(Counter.SPEND_IN_TASK, 30.0),)
+        ok = sum(store.admit(AdmissionRequest("t1", 0, Fingerprint(f"fp{{i}}"), 1.0, None,
+                                              ceilings)).admitted for i in range(25))
         print(ok)
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -119,8 +122,7 @@ def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         admitted.append(int(out))
     assert sum(admitted) == 30
-    last = SQLiteStore(db).admit(CallKey("t1", 0, "x"), cost=0.0, max_calls=None,
-                                 max_spend=None)
+    last = SQLiteStore(db).admit(request(CallKey("t1", 0, "x")))
     assert last.calls_in_turn == 101
     assert last.spend == pytest.approx(30.0)
 
@@ -135,11 +137,11 @@ def test_rows_expire_after_the_ttl(tmp_path: Path) -> None:
     store.close()
     time.sleep(0.1)
     kept = SQLiteStore(db, ttl_seconds=None)
-    assert kept.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert kept.admit(request(key)).blocked
     assert len(kept.ledger("t1")) == 1
     kept.close()
     pruned = SQLiteStore(db, ttl_seconds=0.05)
-    assert not pruned.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert not pruned.admit(request(key)).blocked
     assert pruned.ledger("t1") == []
     pruned.close()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import _requests
 import pytest
 
 from toolfault import (
@@ -29,19 +31,8 @@ from toolfault._admission import Fingerprint
 K = CallKey("task-a", 0, "fp-1")
 
 
-def request(key: CallKey = K, *, cost: float = 0.0, max_calls: int | None = None,
-            max_spend: float | None = None, lease: float | None = None,
-            limit: int | None = None) -> AdmissionRequest:
-    """The request a guard would build for ``key`` with these ceilings."""
-    ceilings = []
-    if max_calls is not None:
-        ceilings.append(Ceiling(Counter.CALLS_IN_TURN, max_calls))
-    if limit is not None:
-        ceilings.append(Ceiling(Counter.IDENTICAL_RUNNING, limit))
-    if max_spend is not None:
-        ceilings.append(Ceiling(Counter.SPEND_IN_TASK, max_spend))
-    return AdmissionRequest(key.task, key.turn, Fingerprint(key.fingerprint), cost, lease,
-                            tuple(ceilings))
+def request(key: CallKey = K, **kw: Any) -> AdmissionRequest:
+    return _requests.request(key, **kw)
 
 
 def admit(store: Store, key: CallKey = K, *, cost: float = 0.0, max_calls: int | None = None,

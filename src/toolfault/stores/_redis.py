@@ -237,6 +237,8 @@ class RedisStore:
         self._seq = itertools.count()
         #: request -> (reservation key, token) while the call holds a reservation
         self._reserved: dict[AdmissionRequest, tuple[str, str]] = {}
+        #: reservation keys whose fingerprint failed since: their settle goes out at once
+        self._failed: set[str] = set()
         #: settled reservations not yet sent, by task (ridden along or flushed)
         self._unsettled: DeferredSettles[tuple[str, str]] = DeferredSettles(self, settle_delay)
 
@@ -285,10 +287,29 @@ class RedisStore:
         return admission
 
     def settle(self, request: AdmissionRequest) -> None:
-        """Drop the call's own reservation: deferred, carried by the next admission."""
+        """Drop the call's own reservation: deferred, carried by the next admission.
+
+        After a failure of that fingerprint the settle is sent at once (the failure path
+        costs round trips anyway), so an identical retry, here or on another worker, is not
+        told ``busy`` because of the attempt that just failed.  Never raises: a settle that
+        cannot be sent is left to the flusher, and the lease bounds it.
+        """
         held = self._reserved.pop(request, None)
-        if held is not None:
+        if held is None:
+            return
+        failed = self._failed
+        if not failed or held[0] not in failed:
             self._unsettled.add(request.task, (held,))
+            return
+        failed.discard(held[0])
+        settles = [*self._unsettled.take(request.task), held]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key, token in settles:
+                pipe.zrem(key, token)
+            pipe.execute()
+        except Exception:  # noqa: BLE001 - the flusher tries again; the lease bounds it
+            self._unsettled.add(request.task, settles)
 
     def flush(self) -> None:
         """Send every deferred settle now (one pipelined round trip); errors are dropped:
@@ -305,8 +326,13 @@ class RedisStore:
             pass
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
-        return int(self._record_failure(keys=[self._failure_key(key)],
-                                        args=[code, int(limit), self.ttl_ms]))
+        count = int(self._record_failure(keys=[self._failure_key(key)],
+                                         args=[code, int(limit), self.ttl_ms]))
+        if self._reserved:
+            if len(self._failed) > 4096:  # only ever makes a settle wait for the flush
+                self._failed.clear()
+            self._failed.add(f"{self._tag(key.task)}:pending:{key.turn}:{key.fingerprint}")
+        return count
 
     def clear_failures(self, key: CallKey) -> None:
         self.client.delete(self._failure_key(key))

@@ -159,6 +159,8 @@ class SQLiteStore:
         self._next_prune = 0.0
         #: request -> its reservation's row id, while the call holds one
         self._reserved: dict[AdmissionRequest, int] = {}
+        #: (task, turn, fingerprint) that failed since admission: settled at once
+        self._failed: set[tuple[str, int, str]] = set()
         self._unsettled: DeferredSettles[int] = DeferredSettles(self, settle_delay)
         with self._write() as db:
             for statement in _SCHEMA.split(";"):
@@ -359,10 +361,27 @@ class SQLiteStore:
         return Admission(failures, code, False, calls, spend), reserved
 
     def settle(self, request: AdmissionRequest) -> None:
-        """Drop the call's own reservation: deferred, carried by the next admission."""
+        """Drop the call's own reservation: deferred, carried by the next admission.
+
+        After a failure of that fingerprint it is written at once (the failure path writes
+        anyway), so an identical retry in another process is not told ``busy`` because of
+        the attempt that just failed.  Never raises: what cannot be written is left to the
+        flusher, and the lease bounds it.
+        """
         row = self._reserved.pop(request, None)
-        if row is not None:
+        if row is None:
+            return
+        key = (request.task, request.turn, request.fingerprint()) if self._failed else None
+        if key is None or key not in self._failed:
             self._unsettled.add(None, (row,))
+            return
+        self._failed.discard(key)
+        rows = [*self._unsettled.take(None), row]
+        try:
+            with self._write() as db:
+                _settle_rows(db, rows)
+        except (sqlite3.Error, OSError):
+            self._unsettled.add(None, rows)
 
     def flush(self) -> None:
         """Write every deferred settle now (one transaction); on error the rows expire with
@@ -387,7 +406,12 @@ class SQLiteStore:
                 {"task": key.task, "turn": key.turn, "fp": key.fingerprint, "code": code,
                  "limit": limit, "now": time.time()},
             ).fetchone()
-            return int(row[0])
+            count = int(row[0])
+        if self._reserved:
+            if len(self._failed) > 4096:  # only ever makes a settle wait for the flush
+                self._failed.clear()
+            self._failed.add((key.task, key.turn, key.fingerprint))
+        return count
 
     def clear_failures(self, key: CallKey) -> None:
         with self._write() as db:
