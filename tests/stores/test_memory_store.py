@@ -105,20 +105,24 @@ def test_calls_without_a_lease_take_no_reservation() -> None:
     assert thunk.calls == 0
 
 
+def _race(trial: int) -> int:
+    """32 threads admit one identical call at the same instant; how many were admitted."""
+    store = MemoryStore()
+    admitted: list[bool] = []
+    barrier = threading.Barrier(32)
+
+    def one() -> None:
+        barrier.wait()
+        admitted.append(store.admit(request(Thunk(f"fp{trial}"), limit=2)).admitted)
+
+    threads = [threading.Thread(target=one) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(admitted)
+
+
 def test_threads_racing_identical_calls_never_pass_the_cap() -> None:
     """32 threads admitting one identical call at once: exactly the limit is admitted."""
-    for trial in range(50):
-        store = MemoryStore()
-        admitted: list[bool] = []
-        barrier = threading.Barrier(32)
-
-        def one(trial: int = trial) -> None:
-            barrier.wait()
-            admitted.append(store.admit(request(Thunk(f"fp{trial}"), limit=2)).admitted)
-
-        threads = [threading.Thread(target=one) for _ in range(32)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sum(admitted) == 2
+    assert [_race(trial) for trial in range(50)] == [2] * 50
