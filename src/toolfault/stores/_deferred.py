@@ -93,7 +93,8 @@ def _flush_loop(owner: weakref.ref[_Flushable], wake: threading.Event,
             if owner() is None:  # the store was dropped without close(): end quietly
                 return
             continue
-        closing.wait(delay)
+        if closing.wait(delay):  # close() flushes what is left, on its own thread
+            return
         store = owner()
         if store is None:
             return
