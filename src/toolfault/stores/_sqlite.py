@@ -445,14 +445,19 @@ class SQLiteStore:
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
+        self._put_ledger_many([entry])
+
+    def _put_ledger_many(self, entries: list[LedgerEntry]) -> None:
+        """Upsert entries in one transaction (recovery after an outage, benchmarks)."""
+        now = time.time()
         with self._write() as db:
-            db.execute(
+            db.executemany(
                 "INSERT INTO ledger (task, call_id, at, data, updated, idem) "
                 "VALUES (:task, :call_id, :at, :data, :now, :idem) "
                 "ON CONFLICT (task, call_id) DO UPDATE SET at = excluded.at, "
                 "data = excluded.data, updated = excluded.updated",
-                {"task": entry.task, "call_id": entry.call_id, "at": entry.at,
-                 "data": entry.to_json(), "now": time.time(), "idem": entry.idempotency_key},
+                [{"task": e.task, "call_id": e.call_id, "at": e.at, "data": e.to_json(),
+                  "now": now, "idem": e.idempotency_key} for e in entries],
             )
 
     def ledger(self, task: str) -> list[LedgerEntry]:
