@@ -171,11 +171,13 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
 class _Turn:
     """Counters of one (task, turn)."""
 
-    __slots__ = ("calls", "failures", "lone", "lone_expires", "pending", "scope", "task")
+    __slots__ = ("calls", "failures", "lone", "lone_expires", "pending", "placed", "task",
+                 "used")
 
-    def __init__(self, task: _Task, scope: tuple[str, int]) -> None:
+    def __init__(self, task: _Task, now: float) -> None:
         self.task = task
-        self.scope = scope
+        #: Last use, and the last use when it was put at the end of the LRU order.
+        self.used = self.placed = now
         self.calls = 0
         #: fingerprint -> (count, last code, limit)
         self.failures: dict[str, tuple[int, str, int]] = {}
@@ -189,9 +191,10 @@ class _Turn:
 class _Task:
     """Everything one task keeps: spend, its turns, ledger and incidents."""
 
-    __slots__ = ("by_key", "incidents", "ledger", "spend", "turns")
+    __slots__ = ("by_key", "incidents", "ledger", "placed", "spend", "turns", "used")
 
-    def __init__(self) -> None:
+    def __init__(self, now: float) -> None:
+        self.used = self.placed = now
         self.spend = 0.0
         self.turns: set[int] = set()
         self.ledger: dict[str, LedgerEntry] = {}
@@ -227,55 +230,67 @@ class MemoryStore:
         self.max_tasks = max_tasks
         self.max_turns = max_turns
         self._lock = threading.Lock()
-        # Least recently used first; the value is the last use (time.monotonic()).
+        # In the order they were last placed; a use only stamps ``used`` (no reordering on
+        # the hot path): the sweep gives an entry used since it was placed a second chance
+        # (moves it to the end) before it may evict it - LRU by the clock algorithm.
         self._tasks: OrderedDict[str, _Task] = OrderedDict()
-        self._task_used: dict[str, float] = {}
         self._turns: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
-        self._turn_used: dict[tuple[str, int], float] = {}
         self._held: dict[tuple[str, str], float] = {}
         # Expiry sweeps run when a task or turn is new, or every _SWEEP_EVERY uses.
         self._uses = 0
+        # The last ceilings tuple seen and its parsed limits (guards reuse one per tool).
+        self._parsed: tuple[tuple[Ceiling, ...], tuple[float | None, float | None,
+                                                       float | None]] = ((), (None, None, None))
 
     _SWEEP_EVERY = 64
 
     # -- counters -----------------------------------------------------------------------
     def admit(self, request: AdmissionRequest) -> Admission:
         now = time.monotonic()  # the lease and the TTL need it; one read per admission
+        ceilings = request.ceilings
+        parsed = self._parsed
+        if parsed[0] is ceilings:
+            limits = parsed[1]
+        else:
+            limits = ceilings_of(request)
+            self._parsed = (ceilings, limits)
         with self._lock:
-            turn = self._use(request.task, request.turn, now)
+            turn = self._turns.get((request.task, request.turn))
+            if turn is None or self._uses >= self._SWEEP_EVERY:
+                turn = self._use(request.task, request.turn, now)
+            else:
+                self._uses += 1
+                turn.used = turn.task.used = now
             lease = request.lease
-            if not turn.failures and (lease is None or (turn.lone is None and not turn.pending)):
-                return self._admit_quiet(turn, request, now)
-            return self._admit_keyed(turn, request, now)
+            if turn.failures or (lease is not None and (turn.lone is not None or turn.pending)):
+                return self._admit_keyed(turn, request, now, limits)
+            # A quiet scope (no failure in the turn, no other reservation): the steps of
+            # ``_admission.py`` without the fingerprint, which nothing here needs.
+            task = turn.task
+            max_calls, max_running, max_spend = limits
+            calls = turn.calls + 1
+            spend = task.spend
+            if max_calls is not None and calls > max_calls:
+                return Admission(0, None, False, calls - 1, spend, "calls_per_turn")
+            turn.calls = calls
+            if lease is not None and max_running is not None and max_running <= 0:
+                return Admission(0, None, False, calls, spend, busy=True)
+            cost = request.cost
+            if max_spend is not None and spend + cost > max_spend + SPEND_EPSILON:
+                return Admission(0, None, False, calls, spend, "spend_per_task")
+            if cost:
+                spend = task.spend = spend + cost
+            if lease is not None:
+                turn.lone = request
+                turn.lone_expires = now + lease
+            return Admission(0, None, False, calls, spend)
 
-    def _admit_quiet(self, turn: _Turn, request: AdmissionRequest, now: float) -> Admission:
-        """No failure in the turn and no other reservation: nothing needs the fingerprint."""
-        task = turn.task
-        max_calls, max_running, max_spend = ceilings_of(request) if request.ceilings else (
-            None, None, None)
-        calls = turn.calls + 1
-        spend = task.spend
-        if max_calls is not None and calls > max_calls:
-            return Admission(0, None, False, calls - 1, spend, "calls_per_turn")
-        turn.calls = calls
-        lease = request.lease
-        if lease is not None and max_running is not None and max_running <= 0:
-            return Admission(0, None, False, calls, spend, busy=True)
-        cost = request.cost
-        if max_spend is not None and spend + cost > max_spend + SPEND_EPSILON:
-            return Admission(0, None, False, calls, spend, "spend_per_task")
-        if cost:
-            spend = task.spend = spend + cost
-        if lease is not None:
-            turn.lone = request
-            turn.lone_expires = now + lease
-        return Admission(0, None, False, calls, spend)
-
-    def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float) -> Admission:
+    def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float,
+                     limits: tuple[float | None, float | None, float | None]) -> Admission:
         """The general case: resolve the turn's unresolved call, then count by fingerprint."""
         self._resolve(turn, now)
         task = turn.task
-        max_calls, max_running, max_spend = ceilings_of(request)
+        max_calls, max_running, max_spend = limits
         fp = request.fingerprint()
         record = turn.failures.get(fp)
         failures, code = (record[0], record[1]) if record is not None else (0, None)
@@ -446,15 +461,11 @@ class MemoryStore:
         turn = self._turns.get(scope)
         if turn is None:
             task = self._use_task(task_id, now)
-            turn = self._turns[scope] = _Turn(task, scope)
+            turn = self._turns[scope] = _Turn(task, now)
             task.turns.add(turn_no)
-            self._turn_used[scope] = now
             self._sweep(now, task_id, scope)
             return turn
-        self._turns.move_to_end(scope)
-        self._turn_used[scope] = now
-        self._tasks.move_to_end(task_id)
-        self._task_used[task_id] = now
+        turn.used = turn.task.used = now
         self._uses += 1
         if self._uses >= self._SWEEP_EVERY:
             self._sweep(now, task_id, scope)
@@ -463,12 +474,10 @@ class MemoryStore:
     def _use_task(self, task_id: str, now: float) -> _Task:
         task = self._tasks.get(task_id)
         if task is None:
-            task = self._tasks[task_id] = _Task()
-            self._task_used[task_id] = now
+            task = self._tasks[task_id] = _Task(now)
             self._sweep(now, task_id, None)
             return task
-        self._tasks.move_to_end(task_id)
-        self._task_used[task_id] = now
+        task.used = now
         return task
 
     def _sweep(self, now: float, task_id: str, scope: tuple[str, int] | None) -> None:
@@ -476,34 +485,46 @@ class MemoryStore:
         self._uses = 0
         ttl = self.ttl_seconds
         tasks, turns = self._tasks, self._turns
+        current = False
         while tasks:
-            oldest = next(iter(tasks))
-            if oldest == task_id or not (
-                    (ttl is not None and now - self._task_used[oldest] > ttl)
+            oldest, task = next(iter(tasks.items()))
+            if oldest == task_id:  # the task in use is never evicted: past it once, stop
+                if current:
+                    break
+                current = True
+            if task.used > task.placed or oldest == task_id:  # used since placed: 2nd chance
+                task.placed = task.used
+                tasks.move_to_end(oldest)
+                continue
+            if not ((ttl is not None and now - task.used > ttl)
                     or (self.max_tasks is not None and len(tasks) > self.max_tasks)):
                 break
             self._forget_task(oldest, now)
+        current = False
         while turns:
-            old = next(iter(turns))
-            if old == scope or not (
-                    (ttl is not None and now - self._turn_used[old] > ttl)
+            old, turn = next(iter(turns.items()))
+            if old == scope:
+                if current:
+                    break
+                current = True
+            if turn.used > turn.placed or old == scope:
+                turn.placed = turn.used
+                turns.move_to_end(old)
+                continue
+            if not ((ttl is not None and now - turn.used > ttl)
                     or (self.max_turns is not None and len(turns) > self.max_turns)):
                 break
             self._forget_turn(old)
 
     def _forget_turn(self, scope: tuple[str, int]) -> None:
         turn = self._turns.pop(scope)
-        del self._turn_used[scope]
         turn.task.turns.discard(scope[1])
 
     def _forget_task(self, task_id: str, now: float) -> None:
         """Everything one task left behind, except idempotency keys still held."""
         task = self._tasks.pop(task_id)
-        del self._task_used[task_id]
         for turn_no in task.turns:
-            scope = (task_id, turn_no)
-            self._turns.pop(scope, None)
-            self._turn_used.pop(scope, None)
+            self._turns.pop((task_id, turn_no), None)
         for held in [h for h, expiry in self._held.items() if h[0] == task_id and expiry <= now]:
             del self._held[held]
 
