@@ -328,7 +328,12 @@ class MemoryStore:
         if lone is not None:
             turn.lone = None
             if turn.lone_expires > now:
-                turn.pending.setdefault(lone.fingerprint(), {})[lone] = turn.lone_expires
+                try:
+                    fp = lone.fingerprint()
+                except Exception:  # noqa: BLE001 - its own call's problem, not this one's:
+                    fp = None  # no other call can be identical to it, so it counts nowhere
+                if fp is not None:
+                    turn.pending.setdefault(fp, {})[lone] = turn.lone_expires
         if turn.pending:
             for fp in list(turn.pending):
                 live = turn.pending[fp]
@@ -637,6 +642,8 @@ class DegradingCounters:
             try:
                 return self._primary.admit(request)
             except Exception as exc:
+                if not request.fingerprint.resolved:
+                    raise  # the call's fingerprint failed: the caller's error, not an outage
                 outage.degrade(exc)
                 return self._fallback.admit(request)
         return outage.run(self._primary.admit, self._fallback.admit, request)

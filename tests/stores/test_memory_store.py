@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from toolfault import AdmissionRequest, CallKey, Ceiling, Counter, MemoryStore
 from toolfault._admission import Fingerprint
 
@@ -126,3 +128,22 @@ def _race(trial: int) -> int:
 def test_threads_racing_identical_calls_never_pass_the_cap() -> None:
     """32 threads admitting one identical call at once: exactly the limit is admitted."""
     assert [_race(trial) for trial in range(50)] == [2] * 50
+
+
+def _unusable() -> str:
+    raise ValueError("arguments cannot be fingerprinted")
+
+
+def test_an_unusable_fingerprint_fails_only_its_own_call() -> None:
+    """A lone call whose fingerprint raises does not break the next call of its turn, and a
+    caller's own fingerprint error reaches that caller without degrading the store."""
+    from toolfault._state import DegradingStore
+
+    store = DegradingStore(MemoryStore())
+    broken = AdmissionRequest("t", 0, Fingerprint(_unusable), 0.0, 30.0, ())
+    assert store.admit(broken).admitted  # quiet: nothing computed it
+    assert store.admit(request("fp")).admitted
+    store.settle(broken)
+    with pytest.raises(ValueError, match="fingerprinted"):
+        store.admit(AdmissionRequest("t", 0, Fingerprint(_unusable), 0.0, 30.0, ()))
+    assert not store.degraded

@@ -284,11 +284,11 @@ class SQLiteStore:
 
     # -- the hot path -----------------------------------------------------------------
     def admit(self, request: AdmissionRequest) -> Admission:
+        fp = request.fingerprint()  # first: a fingerprint error is not the store's
         self._check_file()
         max_calls, max_running, max_spend = ceilings_of(request)
         now = time.time()
-        k = {"task": request.task, "turn": request.turn, "fp": request.fingerprint(),
-             "now": now}
+        k = {"task": request.task, "turn": request.turn, "fp": fp, "now": now}
         carried = self._unsettled.take(None)
         try:
             with self._write() as db:
