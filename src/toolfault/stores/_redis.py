@@ -26,7 +26,6 @@ import itertools
 import json
 import math
 import os
-from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -231,7 +230,7 @@ class RedisStore:
         self._ledger_entry = client.register_script(_LEDGER_ENTRY)
         self._swap_ledger = client.register_script(_SWAP_LEDGER)
         self._add_incident = client.register_script(_ADD_INCIDENT)
-        self._tag = lru_cache(maxsize=4096)(self._task_tag)
+        self._tags: dict[str, str] = {}
         # Reservation tokens: unique per store handle (random part) and per call (counter).
         self._nonce = os.urandom(6).hex()
         self._seq = itertools.count()
@@ -242,8 +241,14 @@ class RedisStore:
         #: settled reservations not yet sent, by task (ridden along or flushed)
         self._unsettled: DeferredSettles[tuple[str, str]] = DeferredSettles(self, settle_delay)
 
-    def _task_tag(self, task: str) -> str:
-        return f"{self.prefix}:{{{quote(task, safe='')}}}"
+    def _tag(self, task: str) -> str:
+        """The escaped ``prefix:{task}`` part of a task's keys (cached: quoting is slow)."""
+        tag = self._tags.get(task)
+        if tag is None:
+            if len(self._tags) >= 4096:
+                self._tags.clear()
+            tag = self._tags[task] = f"{self.prefix}:{{{quote(task, safe='')}}}"
+        return tag
 
     def key(self, task: str, *parts: object) -> str:
         """The key of one of a task's records; the task is escaped so ``{}:`` cannot collide."""
