@@ -560,15 +560,10 @@ async def test_a_replayed_call_id_is_answered_from_the_ledger() -> None:
 
 
 class _EarlierProtocolStore:
-    """A store written to the earlier protocol: no ``limit``, no keyed ledger reads or swaps."""
+    """A store written to the earlier protocol: no keyed ledger reads or swaps."""
 
     def __init__(self) -> None:
         self.inner = MemoryStore()
-
-    def admit(self, key: Any, *, cost: float, max_calls: int | None,
-              max_spend: float | None, lease: float | None = None) -> Any:
-        return self.inner.admit(key, cost=cost, max_calls=max_calls, max_spend=max_spend,
-                                lease=lease)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("ledger_entry", "ledger_call", "swap_ledger"):

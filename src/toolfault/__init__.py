@@ -29,7 +29,15 @@ from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import Redactor
 from toolfault._result import ToolContext, ToolResult
 from toolfault._returned import default_error_result
-from toolfault._state import Admission, CallKey, MemoryStore, Store
+from toolfault._state import (
+    Admission,
+    AdmissionRequest,
+    CallKey,
+    Ceiling,
+    Counter,
+    MemoryStore,
+    Store,
+)
 from toolfault._tokens import count_tokens
 from toolfault._tool import Alternative, ToolSpec
 from toolfault._trace import CallEvent, CallObserver, JsonlSink
@@ -38,6 +46,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Admission",
+    "AdmissionRequest",
     "Alternative",
     "Backoff",
     "CallEvent",
@@ -46,7 +55,9 @@ __all__ = [
     "Catalog",
     "CatalogEntry",
     "CatalogError",
+    "Ceiling",
     "ConfigurationError",
+    "Counter",
     "FailureClass",
     "Guard",
     "Incident",

@@ -1,65 +1,79 @@
 """Where counters, budgets, in-flight keys and the effect ledger live.
 
-One small :class:`Store` protocol, so a single process (``MemoryStore``), an embedded durable
-file (``SQLiteStore``) and a fleet of workers (``RedisStore``) behave the same.  The hot path
-is :meth:`Store.admit`: one atomic step that reads the fingerprint's failure record, counts
-the call against the turn and charges the task's spend.
+The state protocol comes in three parts, so a store (or a test double) implements what it
+backs and a wrapper can be typed per part:
+
+- :class:`Counters`: the hot path.  :meth:`Counters.admit` evaluates one
+  :class:`~toolfault._admission.AdmissionRequest` atomically (the order is documented in
+  ``_admission.py``); failures, reservations and spend live here.
+- :class:`KeyLocks`: idempotency keys held while a side effect is in flight.
+- :class:`Records`: the effect ledger and incidents.
+
+:class:`Store` is all three plus ``close``.  One process uses :class:`MemoryStore`; an
+embedded durable file ``SQLiteStore``; a fleet of workers ``RedisStore``.
+:class:`DegradingStore` wraps whichever is configured so an outage never crashes the agent.
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
-from toolfault._admission import Admission as Admission  # noqa: E402
-from toolfault._admission import CallKey as CallKey  # noqa: E402
+from toolfault._admission import (
+    Admission,
+    AdmissionRequest,
+    CallKey,
+    Ceiling,
+    Counter,
+    Fingerprint,
+)
 from toolfault._errors import StateUnavailableError
 from toolfault._records import Incident, LedgerEntry
 
+__all__ = [
+    "Admission",
+    "AdmissionRequest",
+    "CallKey",
+    "Ceiling",
+    "Counter",
+    "Counters",
+    "DegradingCounters",
+    "DegradingKeyLocks",
+    "DegradingRecords",
+    "DegradingStore",
+    "Fingerprint",
+    "KeyLocks",
+    "MemoryStore",
+    "Records",
+    "Store",
+    "ceilings_of",
+]
 
-class _OldAdmission(NamedTuple):
-    """What :meth:`Store.admit` found and did, atomically (a tuple: cheap on the hot path).
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-    ``blocked``: the fingerprint already failed ``failures`` times, reaching its limit; the
-    call was counted against the turn but not charged.  ``over``: a ceiling would be crossed
-    (``"calls_per_turn"`` or ``"spend_per_task"``); nothing was charged then either.
-    ``busy``: the fingerprint already failed, and its failures plus the identical calls still
-    running reach the limit; counted in the turn, not charged, not dispatched.  A call
-    admitted with a ``lease`` holds one reservation until :meth:`Store.settle`.
-    """
-
-    failures: int
-    last_code: str | None
-    blocked: bool
-    calls_in_turn: int
-    spend: float
-    over: str | None = None
-    busy: bool = False
-
-    @property
-    def admitted(self) -> bool:
-        return not self.blocked and not self.busy and self.over is None
+#: Tolerance when comparing spend with its ceiling (float sums of per-call costs).
+SPEND_EPSILON = 1e-12
 
 
 @runtime_checkable
-class Store(Protocol):
-    """The state protocol every store implements (all methods thread-safe)."""
+class Counters(Protocol):
+    """Failure records, calls per turn, spend per task and reservations (thread-safe)."""
 
-    def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None, limit: int | None = None,
-    ) -> Admission:
-        """Read the failure record, count the call in the turn, charge the spend: atomically.
+    def admit(self, request: AdmissionRequest) -> Admission:
+        """Evaluate ``request`` once, atomically, in the order ``_admission.py`` documents.
 
-        With ``lease``, an admitted call reserves its attempt for at most ``lease`` seconds
-        (until :meth:`settle`), so concurrent identical calls cannot overrun the retry limit:
-        failures plus reservations must stay under the recorded limit, or under ``limit``
-        before the fingerprint ever failed.
+        With ``request.lease`` an admitted call holds one reservation until :meth:`settle`
+        is given the same request (or the lease runs out), so identical concurrent calls
+        count toward the cap atomically.
         """
+        ...
+
+    def settle(self, request: AdmissionRequest) -> None:
+        """Drop the reservation ``request`` was admitted with (no-op when it holds none)."""
         ...
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
@@ -70,13 +84,14 @@ class Store(Protocol):
         """A success (or a verified effect) resets the fingerprint's count."""
         ...
 
-    def settle(self, key: CallKey) -> None:
-        """Drop one reservation taken by :meth:`admit`; the guard calls it as each call ends."""
-        ...
-
     def refund(self, task: str, cost: float) -> None:
         """Give back spend charged for a call that was never dispatched."""
         ...
+
+
+@runtime_checkable
+class KeyLocks(Protocol):
+    """Idempotency keys: one holder at a time per (task, key), with a TTL."""
 
     def acquire(self, task: str, token: str, ttl: float) -> bool:
         """Claim an idempotency key for an in-flight call; False when someone holds it."""
@@ -85,6 +100,11 @@ class Store(Protocol):
     def release(self, task: str, token: str) -> None:
         """Release an idempotency key claimed by :meth:`acquire`."""
         ...
+
+
+@runtime_checkable
+class Records(Protocol):
+    """The effect ledger (what happened, apart from what the model was told) and incidents."""
 
     def put_ledger(self, entry: LedgerEntry) -> None:
         """Insert or replace a ledger entry (by ``call_id``)."""
@@ -115,13 +135,81 @@ class Store(Protocol):
         """Incidents for a task, oldest first."""
         ...
 
+
+@runtime_checkable
+class Store(Counters, KeyLocks, Records, Protocol):
+    """The whole state protocol: counters, key locks and records, plus ``close``."""
+
     def close(self) -> None:
-        """Release connections and files."""
+        """Release connections and files (and flush anything deferred)."""
         ...
+
+
+def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, float | None]:
+    """The request's ceilings as (calls in turn, identical running, spend in task).
+
+    One clause per :class:`Counter`; the tightest wins when a counter is bounded twice.  A
+    new counter is a new clause here and one step in each store, nowhere else.
+    """
+    calls = running = spend = None
+    for ceiling in request.ceilings:
+        counter, limit = ceiling.counter, ceiling.limit
+        if counter is Counter.CALLS_IN_TURN:
+            calls = limit if calls is None else min(calls, limit)
+        elif counter is Counter.IDENTICAL_RUNNING:
+            running = limit if running is None else min(running, limit)
+        elif counter is Counter.SPEND_IN_TASK:
+            spend = limit if spend is None else min(spend, limit)
+        else:  # pragma: no cover - a Counter member without a clause is a programming error
+            raise ValueError(f"no store clause for {counter!r}")
+    return calls, running, spend
+
+
+# -- MemoryStore ---------------------------------------------------------------------------
+
+
+class _Turn:
+    """Counters of one (task, turn)."""
+
+    __slots__ = ("calls", "failures", "lone", "lone_expires", "pending", "placed", "task",
+                 "used")
+
+    def __init__(self, task: _Task, now: float) -> None:
+        self.task = task
+        #: Last use, and the last use when it was put at the end of the LRU order.
+        self.used = self.placed = now
+        self.calls = 0
+        #: fingerprint -> (count, last code, limit)
+        self.failures: dict[str, tuple[int, str, int]] = {}
+        #: fingerprint -> {request: lease expiry}: reservations under a known fingerprint.
+        self.pending: dict[str, dict[AdmissionRequest, float]] = {}
+        #: The one call of a quiet scope, admitted without its fingerprint.
+        self.lone: AdmissionRequest | None = None
+        self.lone_expires = 0.0
+
+
+class _Task:
+    """Everything one task keeps: spend, its turns, ledger and incidents."""
+
+    __slots__ = ("by_key", "incidents", "ledger", "placed", "spend", "turns", "used")
+
+    def __init__(self, now: float) -> None:
+        self.used = self.placed = now
+        self.spend = 0.0
+        self.turns: set[int] = set()
+        self.ledger: dict[str, LedgerEntry] = {}
+        self.by_key: dict[str, str] = {}
+        self.incidents: list[Incident] = []
 
 
 class MemoryStore:
     """The default store: one process, thread-safe, asyncio-safe (no awaits inside a step).
+
+    A call in a quiet scope (no failure recorded in its turn, no other call of the turn
+    holding a reservation) is admitted without computing its fingerprint: it is kept as the
+    turn's one unresolved call.  The next call of that turn resolves it (the fingerprint is
+    pure and cached) and counts it under its key, so identical concurrent calls still count
+    toward the cap atomically.
 
     Memory stays bounded in a long-running process: the counters of one turn and whole tasks
     (budgets, ledger, incidents) are evicted when idle for ``ttl_seconds`` or, least recently
@@ -142,94 +230,153 @@ class MemoryStore:
         self.max_tasks = max_tasks
         self.max_turns = max_turns
         self._lock = threading.Lock()
-        # Last use of each task and of each (task, turn), least recently used first.
-        self._tasks: OrderedDict[str, float] = OrderedDict()
-        self._turns: OrderedDict[tuple[str, int], float] = OrderedDict()
-        self._turn_keys: dict[tuple[str, int], set[CallKey]] = {}
-        self._turns_of: dict[str, set[int]] = {}
-        self._failures: dict[CallKey, tuple[int, str, int]] = {}
-        self._pending: dict[CallKey, list[float]] = {}
-        self._dirty: dict[tuple[str, int], int] = defaultdict(int)
-        self._calls: dict[tuple[str, int], int] = defaultdict(int)
-        self._spend: dict[str, float] = defaultdict(float)
+        # In the order they were last placed; a use only stamps ``used`` (no reordering on
+        # the hot path): the sweep gives an entry used since it was placed a second chance
+        # (moves it to the end) before it may evict it - LRU by the clock algorithm.
+        self._tasks: OrderedDict[str, _Task] = OrderedDict()
+        self._turns: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
         self._held: dict[tuple[str, str], float] = {}
-        self._ledger: dict[str, dict[str, LedgerEntry]] = defaultdict(dict)
-        self._by_key: dict[tuple[str, str], str] = {}
-        self._incidents: dict[str, list[Incident]] = defaultdict(list)
-        # Calls between admission and release (plus the one unreserved fast call): the
-        # guard's fast path runs unreserved only while no other call is under way.
-        self._live = 0
-        self._fast: tuple[str, int, str, dict[str, Any], CallKey | None] | None = None
+        # Expiry sweeps run when a task or turn is new, or every _SWEEP_EVERY uses.
+        self._uses = 0
+        # The last ceilings tuple seen and its parsed limits (guards reuse one per tool).
+        self._parsed: tuple[tuple[Ceiling, ...], tuple[float | None, float | None,
+                                                       float | None]] = ((), (None, None, None))
 
-    def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None, limit: int | None = None,
-    ) -> Admission:
+    _SWEEP_EVERY = 64
+
+    # -- counters -----------------------------------------------------------------------
+    def admit(self, request: AdmissionRequest) -> Admission:
+        now = time.monotonic()  # the lease and the TTL need it; one read per admission
+        ceilings = request.ceilings
+        parsed = self._parsed
+        if parsed[0] is ceilings:
+            limits = parsed[1]
+        else:
+            limits = ceilings_of(request)
+            self._parsed = (ceilings, limits)
         with self._lock:
-            self._touch(key.task, key.turn)
-            record = self._failures.get(key)
-            turn = (key.task, key.turn)
-            calls = self._calls[turn] + 1
-            spend = self._spend[key.task]
+            turn = self._turns.get((request.task, request.turn))
+            if turn is None or self._uses >= self._SWEEP_EVERY:
+                turn = self._use(request.task, request.turn, now)
+            else:
+                self._uses += 1
+                turn.used = turn.task.used = now
+            lease = request.lease
+            if turn.failures or (lease is not None and (turn.lone is not None or turn.pending)):
+                return self._admit_keyed(turn, request, now, limits)
+            # A quiet scope (no failure in the turn, no other reservation): the steps of
+            # ``_admission.py`` without the fingerprint, which nothing here needs.
+            task = turn.task
+            max_calls, max_running, max_spend = limits
+            calls = turn.calls + 1
+            spend = task.spend
             if max_calls is not None and calls > max_calls:
-                return Admission(record[0] if record else 0, record[1] if record else None,
-                                 False, calls - 1, spend, "calls_per_turn")
-            self._calls[turn] = calls
-            if record is not None and record[0] >= record[2]:
-                return Admission(record[0], record[1], True, calls, spend)
-            live: list[float] = []
+                return Admission(0, None, False, calls - 1, spend, "calls_per_turn")
+            turn.calls = calls
+            if lease is not None and max_running is not None and max_running <= 0:
+                return Admission(0, None, False, calls, spend, busy=True)
+            cost = request.cost
+            if max_spend is not None and spend + cost > max_spend + SPEND_EPSILON:
+                return Admission(0, None, False, calls, spend, "spend_per_task")
+            if cost:
+                spend = task.spend = spend + cost
             if lease is not None:
-                now = time.monotonic()
-                live = [t for t in self._pending.get(key, ()) if t > now]
-                cap = record[2] if record is not None else limit
-                if cap is not None and (record[0] if record else 0) + len(live) >= cap:
-                    return Admission(record[0] if record else 0, record[1] if record else None,
-                                     False, calls, spend, busy=True)
-                live.append(now + lease)
-            if max_spend is not None and spend + cost > max_spend + 1e-12:
-                return Admission(record[0] if record else 0, record[1] if record else None,
-                                 False, calls, spend, "spend_per_task")
-            spend += cost
-            self._spend[key.task] = spend
-            if lease is not None:
-                self._pending[key] = live
-                self._turn_keys.setdefault(turn, set()).add(key)
-            return Admission(record[0] if record else 0, record[1] if record else None, False,
-                             calls, spend)
+                turn.lone = request
+                turn.lone_expires = now + lease
+            return Admission(0, None, False, calls, spend)
+
+    def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float,
+                     limits: tuple[float | None, float | None, float | None]) -> Admission:
+        """The general case: resolve the turn's unresolved call, then count by fingerprint."""
+        self._resolve(turn, now)
+        task = turn.task
+        max_calls, max_running, max_spend = limits
+        fp = request.fingerprint()
+        record = turn.failures.get(fp)
+        failures, code = (record[0], record[1]) if record is not None else (0, None)
+        calls = turn.calls + 1
+        spend = task.spend
+        # 1. calls in the turn
+        if max_calls is not None and calls > max_calls:
+            return Admission(failures, code, False, calls - 1, spend, "calls_per_turn")
+        turn.calls = calls
+        # 2. the fingerprint's failure record
+        if record is not None and failures >= record[2]:
+            return Admission(failures, code, True, calls, spend)
+        # 3. identical calls running
+        lease = request.lease
+        if lease is not None:
+            live = turn.pending.get(fp)
+            cap = record[2] if record is not None else max_running
+            if cap is not None and failures + (len(live) if live else 0) >= cap:
+                return Admission(failures, code, False, calls, spend, busy=True)
+        # 4. spend in the task
+        cost = request.cost
+        if max_spend is not None and spend + cost > max_spend + SPEND_EPSILON:
+            return Admission(failures, code, False, calls, spend, "spend_per_task")
+        # 5. admitted
+        if cost:
+            spend = task.spend = spend + cost
+        if lease is not None:
+            turn.pending.setdefault(fp, {})[request] = now + lease
+        return Admission(failures, code, False, calls, spend)
+
+    @staticmethod
+    def _resolve(turn: _Turn, now: float) -> None:
+        """Count the turn's unresolved call under its key; drop reservations past their lease."""
+        lone = turn.lone
+        if lone is not None:
+            turn.lone = None
+            if turn.lone_expires > now:
+                try:
+                    fp = lone.fingerprint()
+                except Exception:  # noqa: BLE001 - its own call's problem, not this one's:
+                    fp = None  # no other call can be identical to it, so it counts nowhere
+                if fp is not None:
+                    turn.pending.setdefault(fp, {})[lone] = turn.lone_expires
+        if turn.pending:
+            for fp in list(turn.pending):
+                live = turn.pending[fp]
+                for request in [r for r, expiry in live.items() if expiry <= now]:
+                    del live[request]
+                if not live:
+                    del turn.pending[fp]
+
+    def settle(self, request: AdmissionRequest) -> None:
+        with self._lock:
+            turn = self._turns.get((request.task, request.turn))
+            if turn is None:
+                return
+            if turn.lone is request:
+                turn.lone = None
+            elif turn.pending and request.fingerprint.resolved:
+                fp = request.fingerprint()
+                live = turn.pending.get(fp)
+                if live is not None and live.pop(request, None) is not None and not live:
+                    del turn.pending[fp]
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._lock:
-            self._touch(key.task, key.turn)
-            previous = self._failures.get(key)
-            if previous is None:
-                self._dirty[(key.task, key.turn)] += 1
-                self._turn_keys.setdefault((key.task, key.turn), set()).add(key)
+            turn = self._use(key.task, key.turn, time.monotonic())
+            previous = turn.failures.get(key.fingerprint)
             count = (previous[0] if previous else 0) + 1
-            self._failures[key] = (count, code, limit)
+            turn.failures[key.fingerprint] = (count, code, limit)
             return count
 
     def clear_failures(self, key: CallKey) -> None:
         with self._lock:
-            if self._failures.pop(key, None) is not None:
-                self._dirty[(key.task, key.turn)] -= 1
-
-    def settle(self, key: CallKey) -> None:
-        with self._lock:
-            live = self._pending.get(key)
-            if live:
-                live.remove(min(live))
-            if not live:
-                self._pending.pop(key, None)
-
-    def has_failures(self, task: str, turn: int) -> bool:
-        """Whether any fingerprint failed in this turn (lets the guard skip work when not)."""
-        return self._dirty.get((task, turn), 0) > 0
+            turn = self._turns.get((key.task, key.turn))
+            if turn is not None:
+                turn.failures.pop(key.fingerprint, None)
 
     def refund(self, task: str, cost: float) -> None:
         if cost:
             with self._lock:
-                self._spend[task] = max(0.0, self._spend[task] - cost)
+                found = self._tasks.get(task)
+                if found is not None:
+                    found.spend = max(0.0, found.spend - cost)
 
+    # -- key locks ----------------------------------------------------------------------
     def acquire(self, task: str, token: str, ttl: float) -> bool:
         now = time.monotonic()
         with self._lock:
@@ -243,177 +390,383 @@ class MemoryStore:
         with self._lock:
             self._held.pop((task, token), None)
 
+    # -- records ------------------------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
         with self._lock:
-            self._touch(entry.task, None)
-            entries = self._ledger[entry.task]
-            if entry.call_id not in entries and entry.idempotency_key is not None:
-                self._by_key[(entry.task, entry.idempotency_key)] = entry.call_id
-            entries[entry.call_id] = entry
+            task = self._use_task(entry.task, time.monotonic())
+            if entry.call_id not in task.ledger and entry.idempotency_key is not None:
+                task.by_key[entry.idempotency_key] = entry.call_id
+            task.ledger[entry.call_id] = entry
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         with self._lock:
-            return sorted(self._ledger.get(task, {}).values(), key=lambda e: e.at)
+            found = self._tasks.get(task)
+            entries = list(found.ledger.values()) if found is not None else []
+        return sorted(entries, key=lambda e: e.at)
 
     def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
         with self._lock:
-            call_id = self._by_key.get((task, idempotency_key))
-            return None if call_id is None else self._ledger[task].get(call_id)
+            found = self._tasks.get(task)
+            if found is None:
+                return None
+            call_id = found.by_key.get(idempotency_key)
+            return None if call_id is None else found.ledger.get(call_id)
 
     def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
         with self._lock:
-            return self._ledger.get(task, {}).get(call_id)
+            found = self._tasks.get(task)
+            return None if found is None else found.ledger.get(call_id)
 
     def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
         with self._lock:
-            entries = self._ledger[entry.task]
-            if entries.get(entry.call_id) != expected:
+            found = self._tasks.get(entry.task)
+            if found is None or found.ledger.get(entry.call_id) != expected:
                 return False
-            entries[entry.call_id] = entry
+            found.ledger[entry.call_id] = entry
             return True
 
     def has_entry(self, task: str, call_id: str) -> bool:
         """Whether this store holds the entry (a fallback: written during an outage)."""
         with self._lock:
-            return call_id in self._ledger.get(task, {})
-
-    def drain(self) -> tuple[list[LedgerEntry], list[tuple[str, str, float]]]:
-        """Take out every ledger entry and every live idempotency key (task, token, seconds
-        left): what an outage left here, to be written into the shared store on recovery."""
-        now = time.monotonic()
-        with self._lock:
-            entries = [e for task in self._ledger.values() for e in task.values()]
-            held = [(task, token, expiry - now) for (task, token), expiry in self._held.items()
-                    if expiry > now]
-            self._ledger.clear()
-            self._by_key.clear()
-            self._held.clear()
-        return entries, held
-
-    # -- the guard's fast path: one unreserved call while nothing else is in flight -----
-    def fast_enter(self, task: str, turn: int, tool: str, args: dict[str, Any]) -> bool:
-        """Let one call run unreserved, only while no other call is in flight."""
-        with self._lock:
-            if self._live:
-                return False
-            self._live = 1
-            self._fast = (task, turn, tool, args, None)
-            return True
-
-    def fast_exit(self) -> None:
-        """The unreserved call ended (settling the reservation a racing call gave it)."""
-        with self._lock:
-            fast, self._fast = self._fast, None
-            self._live -= 1
-        if fast is not None and fast[4] is not None:
-            self.settle(fast[4])
-
-    def fast_call(self, task: str, turn: int) -> tuple[str, dict[str, Any]] | None:
-        """The unreserved call in flight in this turn, if any: (tool, arguments)."""
-        fast = self._fast
-        if fast is None or fast[0] != task or fast[1] != turn or fast[4] is not None:
-            return None
-        return fast[2], fast[3]
-
-    def reserve_fast(self, key: CallKey, lease: float, args: dict[str, Any]) -> None:
-        """Count the unreserved call (identical to the caller's) as in flight under ``key``."""
-        with self._lock:
-            fast = self._fast
-            if fast is None or fast[3] is not args or fast[4] is not None:
-                return
-            self._fast = (*fast[:4], key)
-            self._pending.setdefault(key, []).append(time.monotonic() + lease)
-
-    def enter(self) -> None:
-        """A call on the general path is under way (the fast path waits its turn)."""
-        with self._lock:
-            self._live += 1
-
-    def leave(self) -> None:
-        """That call ended."""
-        with self._lock:
-            self._live -= 1
+            found = self._tasks.get(task)
+            return found is not None and call_id in found.ledger
 
     def add_incident(self, incident: Incident) -> None:
         with self._lock:
-            self._touch(incident.task, None)
-            self._incidents[incident.task].append(incident)
+            self._use_task(incident.task, time.monotonic()).incidents.append(incident)
 
     def incidents(self, task: str) -> list[Incident]:
         with self._lock:
-            return list(self._incidents.get(task, ()))
+            found = self._tasks.get(task)
+            return list(found.incidents) if found is not None else []
+
+    def drain(self) -> tuple[list[LedgerEntry], list[tuple[str, str, float]], list[Incident]]:
+        """Take out every ledger entry, live idempotency key (task, token, seconds left) and
+        incident: what an outage left here, to be written into the shared store on recovery."""
+        now = time.monotonic()
+        with self._lock:
+            entries = [e for task in self._tasks.values() for e in task.ledger.values()]
+            incidents = [i for task in self._tasks.values() for i in task.incidents]
+            held = [(task, token, expiry - now) for (task, token), expiry in self._held.items()
+                    if expiry > now]
+            for task in self._tasks.values():
+                task.ledger.clear()
+                task.by_key.clear()
+                task.incidents.clear()
+            self._held.clear()
+        return entries, held, incidents
 
     def close(self) -> None:
         """Nothing to release."""
 
     # -- bounded memory (call with the lock held) ----------------------------------------
-    def _touch(self, task: str, turn: int | None) -> None:
-        """Mark the task (and turn) used; evict what outlived its use or the bounds."""
-        now = time.monotonic()
-        tasks, turns = self._tasks, self._turns
-        new_task = task not in tasks
-        tasks[task] = now
-        tasks.move_to_end(task)
-        new_turn = False
-        if turn is not None:
-            scope = (task, turn)
-            new_turn = scope not in turns
-            turns[scope] = now
-            turns.move_to_end(scope)
-            if new_turn:
-                self._turns_of.setdefault(task, set()).add(turn)
+    def _use(self, task_id: str, turn_no: int, now: float) -> _Turn:
+        """The turn's counters, marked used (created, with an expiry sweep, when new)."""
+        scope = (task_id, turn_no)
+        turn = self._turns.get(scope)
+        if turn is None:
+            task = self._use_task(task_id, now)
+            turn = self._turns[scope] = _Turn(task, now)
+            task.turns.add(turn_no)
+            self._sweep(now, task_id, scope)
+            return turn
+        turn.used = turn.task.used = now
+        self._uses += 1
+        if self._uses >= self._SWEEP_EVERY:
+            self._sweep(now, task_id, scope)
+        return turn
+
+    def _use_task(self, task_id: str, now: float) -> _Task:
+        task = self._tasks.get(task_id)
+        if task is None:
+            task = self._tasks[task_id] = _Task(now)
+            self._sweep(now, task_id, None)
+            return task
+        task.used = now
+        return task
+
+    def _sweep(self, now: float, task_id: str, scope: tuple[str, int] | None) -> None:
+        """Evict, least recently used first, what outlived the TTL or the bounds."""
+        self._uses = 0
         ttl = self.ttl_seconds
-        if new_task or ttl is not None:
-            while tasks:
-                oldest, used = next(iter(tasks.items()))
-                if oldest == task or not ((ttl is not None and now - used > ttl) or (
-                        self.max_tasks is not None and len(tasks) > self.max_tasks)):
+        tasks, turns = self._tasks, self._turns
+        current = False
+        while tasks:
+            oldest, task = next(iter(tasks.items()))
+            if oldest == task_id:  # the task in use is never evicted: past it once, stop
+                if current:
                     break
-                self._forget_task(oldest, now)
-        if new_turn or ttl is not None:
-            while turns:
-                (old_task, old_turn), used = next(iter(turns.items()))
-                if (old_task, old_turn) == (task, turn) or not (
-                        (ttl is not None and now - used > ttl)
-                        or (self.max_turns is not None and len(turns) > self.max_turns)):
+                current = True
+            if task.used > task.placed or oldest == task_id:  # used since placed: 2nd chance
+                task.placed = task.used
+                tasks.move_to_end(oldest)
+                continue
+            if not ((ttl is not None and now - task.used > ttl)
+                    or (self.max_tasks is not None and len(tasks) > self.max_tasks)):
+                break
+            self._forget_task(oldest, now)
+        current = False
+        while turns:
+            old, turn = next(iter(turns.items()))
+            if old == scope:
+                if current:
                     break
-                self._forget_turn(old_task, old_turn)
+                current = True
+            if turn.used > turn.placed or old == scope:
+                turn.placed = turn.used
+                turns.move_to_end(old)
+                continue
+            if not ((ttl is not None and now - turn.used > ttl)
+                    or (self.max_turns is not None and len(turns) > self.max_turns)):
+                break
+            self._forget_turn(old)
 
-    def _forget_turn(self, task: str, turn: int) -> None:
-        scope = (task, turn)
-        self._turns.pop(scope, None)
-        for key in self._turn_keys.pop(scope, ()):
-            self._failures.pop(key, None)
-            self._pending.pop(key, None)
-        self._dirty.pop(scope, None)
-        self._calls.pop(scope, None)
-        turns = self._turns_of.get(task)
-        if turns is not None:
-            turns.discard(turn)
-            if not turns:
-                del self._turns_of[task]
+    def _forget_turn(self, scope: tuple[str, int]) -> None:
+        turn = self._turns.pop(scope)
+        turn.task.turns.discard(scope[1])
 
-    def _forget_task(self, task: str, now: float) -> None:
+    def _forget_task(self, task_id: str, now: float) -> None:
         """Everything one task left behind, except idempotency keys still held."""
-        del self._tasks[task]
-        for turn in list(self._turns_of.get(task, ())):
-            self._forget_turn(task, turn)
-        self._spend.pop(task, None)
-        for entry in self._ledger.pop(task, {}).values():
-            if entry.idempotency_key is not None:
-                self._by_key.pop((task, entry.idempotency_key), None)
-        self._incidents.pop(task, None)
-        for held in [h for h, expiry in self._held.items() if h[0] == task and expiry <= now]:
+        task = self._tasks.pop(task_id)
+        for turn_no in task.turns:
+            self._turns.pop((task_id, turn_no), None)
+        for held in [h for h, expiry in self._held.items() if h[0] == task_id and expiry <= now]:
             del self._held[held]
+
+
+# -- degrading wrappers --------------------------------------------------------------------
+
+
+class _Outage:
+    """The outage state the three degrading wrappers share: one primary, one fallback.
+
+    ``policy="open"``: on a store error, fall back to the local :class:`MemoryStore` and try
+    the primary again after ``retry_after`` seconds.  ``policy="closed"``: raise
+    :class:`StateUnavailableError`.  ``on_degrade`` is told once per outage.
+    """
+
+    def __init__(self, primary: Store, fallback: MemoryStore, *, policy: str,
+                 retry_after: float, on_degrade: Callable[[BaseException], None] | None
+                 ) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.policy = policy
+        self.retry_after = retry_after
+        self.down_since: float | None = None
+        self.on_degrade = on_degrade
+        self._lock = threading.Lock()
+        self._recovering = threading.Lock()
+
+    def run(self, on_primary: Callable[_P, _R], on_fallback: Callable[_P, _R],
+            *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``on_primary`` while it answers; ``on_fallback`` (or a raise) during an outage."""
+        if self.down_since is not None and not self._back():
+            if self.policy == "closed":
+                raise StateUnavailableError("the state store is unavailable")
+            return on_fallback(*args, **kwargs)
+        try:
+            return on_primary(*args, **kwargs)
+        except Exception as exc:
+            self.degrade(exc)
+            return on_fallback(*args, **kwargs)
+
+    def _back(self) -> bool:
+        down = self.down_since
+        return down is None or (time.monotonic() - down >= self.retry_after and self.recover())
+
+    def degrade(self, exc: BaseException) -> None:
+        """Mark the primary down (told once per outage); raise when failing closed."""
+        with self._lock:
+            first = self.down_since is None
+            self.down_since = time.monotonic()
+        if first and self.on_degrade is not None:
+            self.on_degrade(exc)
+        if self.policy == "closed":
+            raise StateUnavailableError("the state store is unavailable") from exc
+
+    def recover(self) -> bool:
+        """Back from an outage: first write what was kept locally into the primary.
+
+        Ledger entries and live idempotency keys recorded in the fallback during the outage
+        go to the shared store before it serves anything else, so a pending effect recorded
+        only here is seen by every worker before any of them dispatches that key again; the
+        incidents (the outage's own ``state_degraded`` first) follow, so the degradation is
+        reported where every worker and operator looks, not only in this process.  False
+        (still down, nothing lost) when the primary fails meanwhile.
+        """
+        with self._recovering:
+            if self.down_since is None:
+                return True
+            entries, held, incidents = self.fallback.drain()
+            try:
+                self._write_back(entries, held, incidents)
+            except Exception:
+                for entry in entries:
+                    self.fallback.put_ledger(entry)
+                for task, token, left in held:
+                    self.fallback.acquire(task, token, left)
+                for incident in incidents:
+                    self.fallback.add_incident(incident)
+                with self._lock:
+                    self.down_since = time.monotonic()
+                return False
+            with self._lock:
+                self.down_since = None
+            # What a racing thread wrote locally while this ran: moved over as well.
+            late = self.fallback.drain()
+            _quietly(self._write_back, *late)
+            return True
+
+    def _write_back(self, entries: list[LedgerEntry], held: list[tuple[str, str, float]],
+                    incidents: list[Incident]) -> None:
+        primary = self.primary
+        for task, token, left in held:
+            primary.acquire(task, token, max(left, 0.001))
+        for entry in sorted(entries, key=lambda e: e.at):
+            primary.put_ledger(entry)
+        for incident in incidents:
+            primary.add_incident(incident)
+
+
+class DegradingCounters:
+    """:class:`Counters` of the primary, or of the fallback during an outage."""
+
+    def __init__(self, outage: _Outage) -> None:
+        self._outage = outage
+        self._primary: Counters = outage.primary
+        self._fallback = outage.fallback
+
+    def admit(self, request: AdmissionRequest) -> Admission:
+        outage = self._outage
+        if outage.down_since is None:  # the hot path: one direct call
+            try:
+                return self._primary.admit(request)
+            except Exception as exc:
+                if not request.fingerprint.resolved:
+                    raise  # the call's fingerprint failed: the caller's error, not an outage
+                outage.degrade(exc)
+                return self._fallback.admit(request)
+        return outage.run(self._primary.admit, self._fallback.admit, request)
+
+    def settle(self, request: AdmissionRequest) -> None:
+        """Drop the reservation; one taken on the primary before an outage expires there."""
+        outage = self._outage
+        if outage.down_since is None:
+            try:
+                self._primary.settle(request)
+            except Exception as exc:  # the reservation expires with its lease
+                _quietly(outage.degrade, exc)
+            return
+        self._fallback.settle(request)
+
+    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
+        return self._outage.run(self._primary.record_failure, self._fallback.record_failure,
+                                key, code, limit)
+
+    def clear_failures(self, key: CallKey) -> None:
+        self._outage.run(self._primary.clear_failures, self._fallback.clear_failures, key)
+
+    def refund(self, task: str, cost: float) -> None:
+        self._outage.run(self._primary.refund, self._fallback.refund, task, cost)
+
+
+class DegradingKeyLocks:
+    """:class:`KeyLocks` of the primary, or of the fallback during an outage."""
+
+    def __init__(self, outage: _Outage) -> None:
+        self._outage = outage
+        self._primary: KeyLocks = outage.primary
+        self._fallback = outage.fallback
+
+    def acquire(self, task: str, token: str, ttl: float) -> bool:
+        return self._outage.run(self._primary.acquire, self._fallback.acquire, task, token, ttl)
+
+    def release(self, task: str, token: str) -> None:
+        self._outage.run(self._primary.release, self._fallback.release, task, token)
+
+
+class DegradingRecords:
+    """:class:`Records` of the primary, with what an outage left locally read first.
+
+    A primary written to an earlier protocol (no ``ledger_entry`` / ``ledger_call`` /
+    ``swap_ledger``) is served by scanning its ledger: slower, never wrong.
+    """
+
+    def __init__(self, outage: _Outage) -> None:
+        self._outage = outage
+        self._primary: Records = outage.primary
+        self._fallback = outage.fallback
+        self._keyed = all(callable(getattr(outage.primary, name, None))
+                          for name in ("ledger_entry", "ledger_call", "swap_ledger"))
+
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        self._outage.run(self._primary.put_ledger, self._fallback.put_ledger, entry)
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        return self._outage.run(self._primary.ledger, self._fallback.ledger, task)
+
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        local = self._fallback.ledger_entry(task, idempotency_key)
+        if local is not None:  # recorded during an outage, not yet moved over
+            return local
+        if not self._keyed:
+            found = [e for e in self.ledger(task) if e.idempotency_key == idempotency_key]
+            return found[-1] if found else None
+        return self._outage.run(self._primary.ledger_entry, self._fallback.ledger_entry,
+                                task, idempotency_key)
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        local = self._fallback.ledger_call(task, call_id)
+        if local is not None:
+            return local
+        if not self._keyed:
+            return next((e for e in self.ledger(task) if e.call_id == call_id), None)
+        return self._outage.run(self._primary.ledger_call, self._fallback.ledger_call,
+                                task, call_id)
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        if self._fallback.has_entry(entry.task, entry.call_id):
+            return self._fallback.swap_ledger(entry, expected)
+        if not self._keyed:  # best effort: read, compare, write
+            if self.ledger_call(entry.task, entry.call_id) != expected:
+                return False
+            self.put_ledger(entry)
+            return True
+        return self._outage.run(self._primary.swap_ledger, self._fallback.swap_ledger,
+                                entry, expected)
+
+    def add_incident(self, incident: Incident) -> None:
+        try:
+            self._outage.run(self._primary.add_incident, self._fallback.add_incident, incident)
+        except StateUnavailableError:
+            self._fallback.add_incident(incident)
+
+    def incidents(self, task: str) -> list[Incident]:
+        try:
+            found = self._outage.run(self._primary.incidents, _no_incidents, task)
+        except StateUnavailableError:
+            found = []
+        seen = {(i.kind, i.at, i.tool) for i in found}
+        return found + [i for i in self._fallback.incidents(task)
+                        if (i.kind, i.at, i.tool) not in seen]
+
+
+def _no_incidents(task: str) -> list[Incident]:
+    """During an outage the primary's incidents are unknown; the fallback's are added."""
+    return []
 
 
 class DegradingStore:
     """Wraps the configured store so an outage never crashes the agent loop.
 
-    ``policy="open"``: on a store error, fall back to a local :class:`MemoryStore` (counting
-    goes on, per process) and try the primary again after ``retry_after`` seconds.
-    ``policy="closed"``: raise :class:`StateUnavailableError`, which the guard turns into a
-    ``state_unavailable`` message.  ``on_degrade`` is told once per outage.
+    Composes :class:`DegradingCounters`, :class:`DegradingKeyLocks` and
+    :class:`DegradingRecords` over one shared outage state, and exposes their methods under
+    the :class:`Store` names.  ``policy="open"``: on a store error, fall back to a local
+    :class:`MemoryStore` (counting goes on, per process) and try the primary again after
+    ``retry_after`` seconds; what the outage recorded locally (ledger, held keys, incidents)
+    is written back first.  ``policy="closed"``: raise :class:`StateUnavailableError`, which
+    the guard turns into a ``state_unavailable`` message.  ``on_degrade`` is told once per
+    outage.
     """
 
     def __init__(
@@ -429,226 +782,57 @@ class DegradingStore:
 
             raise ConfigurationError("state_failure must be 'open' or 'closed'")
         self.primary = primary
-        self.policy = policy
         self.fallback = MemoryStore()
-        self._retry_after = retry_after
-        self._down_since: float | None = None
-        self._on_degrade = on_degrade
-        self._lock = threading.Lock()
-        self._recovering = threading.Lock()
-        # A store written to the earlier protocol: no in-flight limit, no keyed ledger reads.
-        self._admit_limit = _accepts(primary.admit, "limit")
-        self._keyed = all(callable(getattr(primary, name, None))
-                          for name in ("ledger_entry", "ledger_call", "swap_ledger"))
+        self._outage = _Outage(primary, self.fallback, policy=policy, retry_after=retry_after,
+                               on_degrade=on_degrade)
+        self.counters = DegradingCounters(self._outage)
+        self.key_locks = DegradingKeyLocks(self._outage)
+        self.records = DegradingRecords(self._outage)
+        counters, locks, records = self.counters, self.key_locks, self.records
+        # The Store surface, bound once (no per-call dispatch).
+        self.admit = counters.admit
+        self.settle = counters.settle
+        self.record_failure = counters.record_failure
+        self.clear_failures = counters.clear_failures
+        self.refund = counters.refund
+        self.acquire = locks.acquire
+        self.release = locks.release
+        self.put_ledger = records.put_ledger
+        self.ledger = records.ledger
+        self.ledger_entry = records.ledger_entry
+        self.ledger_call = records.ledger_call
+        self.swap_ledger = records.swap_ledger
+        self.add_incident = records.add_incident
+        self.incidents = records.incidents
+
+    @property
+    def policy(self) -> str:
+        """``"open"`` (count locally during an outage) or ``"closed"`` (refuse)."""
+        return self._outage.policy
 
     @property
     def degraded(self) -> bool:
         """True while calls are being counted locally because the primary is unreachable."""
-        return self._down_since is not None
-
-    def _target(self) -> Store:
-        down = self._down_since
-        if down is None:
-            return self.primary
-        if time.monotonic() - down >= self._retry_after and self._recover():
-            return self.primary
-        if self.policy == "closed":
-            raise StateUnavailableError("the state store is unavailable")
-        return self.fallback
-
-    def _recover(self) -> bool:
-        """Back from an outage: first write what was kept locally into the primary.
-
-        Ledger entries and live idempotency keys recorded in the fallback during the outage
-        go to the shared store before it serves anything else, so a pending effect recorded
-        only here is seen by every worker before any of them dispatches that key again.
-        False (still down, nothing lost) when the primary fails meanwhile.
-        """
-        with self._recovering:
-            if self._down_since is None:
-                return True
-            entries, held = self.fallback.drain()
-            try:
-                for task, token, left in held:
-                    self.primary.acquire(task, token, max(left, 0.001))
-                for entry in sorted(entries, key=lambda e: e.at):
-                    self.primary.put_ledger(entry)
-            except Exception:
-                for entry in entries:
-                    self.fallback.put_ledger(entry)
-                for task, token, left in held:
-                    self.fallback.acquire(task, token, left)
-                with self._lock:
-                    self._down_since = time.monotonic()
-                return False
-            with self._lock:
-                self._down_since = None
-            # Entries a racing thread wrote locally while this ran: moved over as well.
-            late, late_held = self.fallback.drain()
-            for task, token, left in late_held:
-                _quietly(self.primary.acquire, task, token, max(left, 0.001))
-            for entry in late:
-                _quietly(self.primary.put_ledger, entry)
-            return True
-
-    def _degrade(self, exc: BaseException) -> None:
-        """Mark the primary down (told once per outage); raise when failing closed."""
-        with self._lock:
-            first = self._down_since is None
-            self._down_since = time.monotonic()
-        if first and self._on_degrade is not None:
-            self._on_degrade(exc)
-        if self.policy == "closed":
-            raise StateUnavailableError("the state store is unavailable") from exc
-
-    def _run(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        target = self._target()
-        try:
-            result = getattr(target, op)(*args, **kwargs)
-        except Exception as exc:
-            if target is not self.primary:
-                raise
-            self._degrade(exc)
-            return getattr(self.fallback, op)(*args, **kwargs)
-        return result
+        return self._outage.down_since is not None
 
     @property
-    def knows_clean_turns(self) -> bool:
-        """The primary can say cheaply whether a turn has failures (local stores can)."""
-        return callable(getattr(self.primary, "has_failures", None))
+    def _down_since(self) -> float | None:
+        return self._outage.down_since
 
-    def has_failures(self, task: str, turn: int) -> bool:
-        """Conservative: True unless the current target store can say there are none."""
-        target = self.fallback if self._down_since is not None else self.primary
-        check = getattr(target, "has_failures", None)
-        return True if check is None else bool(check(task, turn))
+    @property
+    def _retry_after(self) -> float:
+        return self._outage.retry_after
 
-    def admit(self, request: Any) -> Any:  # TEMPORARY shim until the stores branch lands
-        from toolfault._admission import Counter
-        calls = request.limit(Counter.CALLS_IN_TURN)
-        spend = request.limit(Counter.SPEND_IN_TASK)
-        running = request.limit(Counter.IDENTICAL_RUNNING)
-        return self._admit_old(request.key, cost=request.cost,
-                               max_calls=None if calls is None else int(calls),
-                               max_spend=spend, lease=request.lease,
-                               limit=None if running is None else int(running))
-
-    def _admit_old(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None, limit: int | None = None,
-    ) -> Admission:
-        if not self._admit_limit:
-            return self._admit_without_limit(key, cost=cost, max_calls=max_calls,
-                                             max_spend=max_spend, lease=lease)
-        if self._down_since is None:  # the hot path: one direct call
-            try:
-                return self.primary.admit(key, cost=cost, max_calls=max_calls,
-                                          max_spend=max_spend, lease=lease, limit=limit)
-            except Exception as exc:
-                self._degrade(exc)
-                return self.fallback.admit(key, cost=cost, max_calls=max_calls,
-                                           max_spend=max_spend, lease=lease, limit=limit)
-        result: Admission = self._run("admit", key, cost=cost, max_calls=max_calls,
-                                      max_spend=max_spend, lease=lease, limit=limit)
-        return result
-
-    def _admit_without_limit(self, key: CallKey, **kwargs: Any) -> Admission:
-        target = self._target()
-        try:
-            result: Admission = target.admit(key, **kwargs)
-        except Exception as exc:
-            if target is not self.primary:
-                raise
-            self._degrade(exc)
-            return self.fallback.admit(key, **kwargs)
-        return result
-
-    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
-        count: int = self._run("record_failure", key, code, limit)
-        return count
-
-    def clear_failures(self, key: CallKey) -> None:
-        self._run("clear_failures", key)
-
-    def settle(self, request: Any) -> None:  # TEMPORARY shim
-        self._run("settle", request.key)
-
-    def refund(self, task: str, cost: float) -> None:
-        self._run("refund", task, cost)
-
-    def acquire(self, task: str, token: str, ttl: float) -> bool:
-        held: bool = self._run("acquire", task, token, ttl)
-        return held
-
-    def release(self, task: str, token: str) -> None:
-        self._run("release", task, token)
-
-    def put_ledger(self, entry: LedgerEntry) -> None:
-        self._run("put_ledger", entry)
-
-    def ledger(self, task: str) -> list[LedgerEntry]:
-        entries: list[LedgerEntry] = self._run("ledger", task)
-        return entries
-
-    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
-        local = self.fallback.ledger_entry(task, idempotency_key)
-        if local is not None:  # recorded during an outage, not yet moved over
-            return local
-        if not self._keyed:
-            found = [e for e in self.ledger(task) if e.idempotency_key == idempotency_key]
-            return found[-1] if found else None
-        entry: LedgerEntry | None = self._run("ledger_entry", task, idempotency_key)
-        return entry
-
-    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
-        local = self.fallback.ledger_call(task, call_id)
-        if local is not None:
-            return local
-        if not self._keyed:
-            return next((e for e in self.ledger(task) if e.call_id == call_id), None)
-        entry: LedgerEntry | None = self._run("ledger_call", task, call_id)
-        return entry
-
-    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
-        if self.fallback.has_entry(entry.task, entry.call_id):
-            return self.fallback.swap_ledger(entry, expected)
-        if not self._keyed:  # best effort: read, compare, write
-            if self.ledger_call(entry.task, entry.call_id) != expected:
-                return False
-            self.put_ledger(entry)
-            return True
-        swapped: bool = self._run("swap_ledger", entry, expected)
-        return swapped
-
-    def add_incident(self, incident: Incident) -> None:
-        try:
-            self._run("add_incident", incident)
-        except StateUnavailableError:
-            self.fallback.add_incident(incident)
-
-    def incidents(self, task: str) -> list[Incident]:
-        try:
-            found: list[Incident] = self._run("incidents", task)
-        except StateUnavailableError:
-            found = []
-        local = self.fallback.incidents(task) if found is not None else []
-        seen = {(i.kind, i.at, i.tool) for i in found}
-        return found + [i for i in local if (i.kind, i.at, i.tool) not in seen]
+    @_retry_after.setter
+    def _retry_after(self, seconds: float) -> None:
+        self._outage.retry_after = seconds
 
     def close(self) -> None:
         self.primary.close()
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
+def _quietly(op: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
     try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return True
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _quietly(op: Callable[..., Any], *args: Any) -> None:
-    try:
-        op(*args)
+        op(*args, **kwargs)
     except Exception:  # noqa: BLE001 - best effort; the next recovery or a TTL catches up
         pass

@@ -1,7 +1,8 @@
 """A worker process for the multi-process store tests (run as a script, never collected).
 
 Usage: ``python _worker.py MODE STORE TARGET PREFIX [EXTRA]`` where STORE is ``redis`` (TARGET
-a URL) or ``sqlite`` (TARGET a file).  Effects are counted in the shared backend itself, so
+a URL) or ``sqlite`` (TARGET a file); for ``hammer`` PREFIX is the number of threads and
+EXTRA the seconds.  Effects are counted in the shared backend itself, so
 the parent can add up what actually ran across workers.  Prints one JSON list of results.
 """
 
@@ -125,6 +126,52 @@ def effect_then_die(kind: str, target: str, prefix: str, marker: str) -> list[di
     return []
 
 
+def hammer(target: str, threads: int, seconds: float) -> list[dict[str, Any]]:
+    """Threads with a store handle each run guard-like steps (admission, side-effect
+    bookkeeping, failures, settling) on one SQLite file as fast as they can; how many fell
+    back to local counting, and how many steps ran."""
+    import threading
+
+    from toolfault import AdmissionRequest, CallKey, Ceiling, Counter, LedgerEntry, Outcome
+    from toolfault._admission import Fingerprint
+    from toolfault._state import DegradingStore
+    from toolfault.stores import SQLiteStore
+
+    degraded: list[str] = []
+    done: list[int] = []
+    ceilings = (Ceiling(Counter.IDENTICAL_RUNNING, 2), Ceiling(Counter.SPEND_IN_TASK, 1e9))
+
+    def lane(n: int) -> None:
+        store = DegradingStore(SQLiteStore(target),
+                               on_degrade=lambda exc: degraded.append(repr(exc)))
+        task, calls, end = f"hammer-{time.time_ns()}-{n}", 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            calls += 1
+            key = CallKey(task, calls // 20, f"fp{calls % 7}")
+            request = AdmissionRequest(task, key.turn, Fingerprint(key.fingerprint), 0.01,
+                                       30.0, ceilings)
+            store.admit(request)
+            if calls % 5 == 0:  # a side effect: key, ledger entry, lookup, release
+                token = f"k{calls}"
+                store.acquire(task, token, 30)
+                store.put_ledger(LedgerEntry(f"c{calls}", task, "tool", key.fingerprint, token,
+                                             {}, Outcome.UNKNOWN))
+                store.ledger_entry(task, token)
+                store.release(task, token)
+            if calls % 3 == 0:
+                store.record_failure(key, "timeout", 3)
+            store.settle(request)
+        store.close()
+        done.append(calls)
+
+    pool = [threading.Thread(target=lane, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return [{"degraded": len(degraded), "calls": sum(done), "errors": degraded[:1]}]
+
+
 def main() -> None:
     mode, kind, target, prefix = sys.argv[1:5]
     extra = sys.argv[5] if len(sys.argv) > 5 else ""
@@ -136,6 +183,8 @@ def main() -> None:
         result = book_once(kind, target, prefix, extra)
     elif mode == "effect_then_die":
         result = effect_then_die(kind, target, prefix, extra)
+    elif mode == "hammer":
+        result = hammer(target, int(prefix), float(extra))
     elif mode == "hang":
         result = hang(kind, target, prefix, extra)
     else:

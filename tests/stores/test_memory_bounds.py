@@ -7,16 +7,30 @@ import tracemalloc
 
 import pytest
 
-from toolfault import Guard, MemoryStore, Outcome
+from toolfault import AdmissionRequest, Ceiling, Counter, Guard, MemoryStore, Outcome
+from toolfault._admission import Fingerprint
 from toolfault._records import LedgerEntry
 from toolfault._state import CallKey
 
 
+def _request(task: str, turn: int, fp: str = "fp") -> AdmissionRequest:
+    return AdmissionRequest(task, turn, Fingerprint(fp), 0.0, 30.0,
+                            (Ceiling(Counter.IDENTICAL_RUNNING, 2),))
+
+
 def _fail(store: MemoryStore, task: str, turn: int, fp: str = "fp") -> None:
-    key = CallKey(task, turn, fp)
-    store.admit(key, cost=0.0, max_calls=None, max_spend=None, lease=30.0, limit=2)
-    store.settle(key)
-    store.record_failure(key, "invalid_argument", 2)
+    request = _request(task, turn, fp)
+    store.admit(request)
+    store.settle(request)
+    store.record_failure(CallKey(task, turn, fp), "invalid_argument", 2)
+
+
+def _failures(store: MemoryStore, task: str, turn: int, fp: str = "fp") -> int:
+    """The fingerprint's failure count as a new admission sees it (0 once evicted)."""
+    request = _request(task, turn, fp)
+    failures = store.admit(request).failures
+    store.settle(request)
+    return failures
 
 
 def test_turns_beyond_max_turns_are_evicted_least_recently_used_first() -> None:
@@ -24,8 +38,8 @@ def test_turns_beyond_max_turns_are_evicted_least_recently_used_first() -> None:
     store = MemoryStore(max_turns=2)
     for turn in range(3):
         _fail(store, "t", turn)
-    assert not store.has_failures("t", 0)
-    assert store.has_failures("t", 1) and store.has_failures("t", 2)
+    assert _failures(store, "t", 2) == 1 and _failures(store, "t", 1) == 1
+    assert _failures(store, "t", 0) == 0
 
 
 def test_guards_on_different_turns_of_one_task_keep_their_counters() -> None:
@@ -34,8 +48,7 @@ def test_guards_on_different_turns_of_one_task_keep_their_counters() -> None:
     _fail(store, "shared", 0)
     for turn in range(1, 50):
         _fail(store, "shared", turn, fp="other")
-    assert store.admit(CallKey("shared", 0, "fp"), cost=0.0, max_calls=None,
-                       max_spend=None).failures == 1
+    assert _failures(store, "shared", 0) == 1
 
 
 def test_least_recently_used_tasks_are_evicted_beyond_max_tasks() -> None:
@@ -56,8 +69,8 @@ def test_idle_tasks_expire_after_ttl() -> None:
     _fail(store, "idle", 0)
     time.sleep(0.1)
     _fail(store, "busy", 0)
-    assert not store.has_failures("idle", 0)
-    assert store.has_failures("busy", 0)
+    assert _failures(store, "busy", 0) == 1
+    assert _failures(store, "idle", 0) == 0
 
 
 def test_held_idempotency_keys_survive_eviction() -> None:
@@ -107,3 +120,28 @@ def test_bounds_are_validated() -> None:
         MemoryStore(max_tasks=0)
     with pytest.raises(ValueError, match="max_turns"):
         MemoryStore(max_turns=0)
+
+
+def test_a_finished_task_leaves_nothing_behind_once_evicted() -> None:
+    """Beyond max_tasks, tasks that failed, spent and wrote a ledger free all of their state."""
+    store = MemoryStore(max_tasks=10, max_turns=20)
+
+    def task(i: int) -> None:
+        name = f"task-{i}"
+        for turn in range(2):
+            _fail(store, name, turn)
+        store.put_ledger(LedgerEntry(task=name, call_id=f"c{i}", tool="pay", fingerprint="f",
+                                     idempotency_key=f"k{i}", args={}, effect=Outcome.APPLIED))
+
+    for i in range(200):
+        task(i)
+    tracemalloc.start()  # the first window re-allocates the live state: a constant
+    for i in range(200, 1200):
+        task(i)
+    first, _ = tracemalloc.get_traced_memory()
+    for i in range(1200, 2200):
+        task(i)
+    second, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(store._tasks) <= 10 and len(store._turns) <= 20
+    assert (second - first) / 1000 < 16  # bytes per finished task: nothing accumulates

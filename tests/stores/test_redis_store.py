@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 from _redis_server import RedisServer, free_port
+from _requests import request
 
 from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
 from toolfault.stores import RedisStore
@@ -198,15 +199,15 @@ def test_unreachable_server_raises_quickly() -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.2)
     start = time.monotonic()
     with pytest.raises(redis.ConnectionError):
-        store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None, max_spend=None)
+        store.admit(request(CallKey("t", 0, "fp")))
     assert time.monotonic() - start < 1.0
 
 
 def exercise(store: RedisStore, task: str) -> None:
     key = CallKey(task, 0, "fp")
-    store.admit(key, cost=1.5, max_calls=10, max_spend=100.0)
+    store.admit(request(key, cost=1.5, max_calls=10, max_spend=100.0))
     store.record_failure(key, "bad", 3)
-    store.admit(CallKey(task, 0, "fp2"), cost=0.0, max_calls=None, max_spend=None)
+    store.admit(request(CallKey(task, 0, "fp2")))
     store.refund(task, 0.5)
     store.acquire(task, "tok", 30)
     store.put_ledger(LedgerEntry("c1", task, "book", "fp", "k", {}, Outcome.UNKNOWN))
@@ -259,19 +260,19 @@ def test_admit_is_one_round_trip(redis_url: str, prefix: str) -> None:
     """A store admission is exactly one EVALSHA, whatever ceilings are set."""
     store = RedisStore(redis_url, prefix=prefix)
     key = CallKey("t1", 0, "fp")
-    store.admit(key, cost=0.0, max_calls=None, max_spend=None)  # connects, loads the script
+    store.admit(request(key))  # connects, loads the script
 
     def admits() -> None:
         for _ in range(10):
-            store.admit(key, cost=0.1, max_calls=100, max_spend=100.0)
+            store.admit(request(key, cost=0.1, max_calls=100, max_spend=100.0))
 
     assert client_commands(redis_url, admits) == ["EVALSHA"] * 10
     store.close()
 
 
-def test_a_guarded_success_is_two_round_trips(redis_url: str, prefix: str) -> None:
-    """A successful guarded call costs two Redis commands: the admission and its settling."""
-    guard = Guard(store=RedisStore(redis_url, prefix=prefix), task_id="t1",
+def test_a_guarded_success_is_one_round_trip(redis_url: str, prefix: str) -> None:
+    """A successful guarded call costs one Redis command: its settle rides on the next one."""
+    guard = Guard(store=RedisStore(redis_url, prefix=prefix, settle_delay=5.0), task_id="t1",
                   limits=Limits(no_progress_cycle=None))  # oslo twice: not a no-progress test
 
     @guard.tool(cost=0.01)
@@ -284,18 +285,74 @@ def test_a_guarded_success_is_two_round_trips(redis_url: str, prefix: str) -> No
         for city in ("oslo", "rome", "oslo"):
             assert guard.call("lookup", {"city": city}).ok
 
-    assert client_commands(redis_url, calls) == ["EVALSHA", "ZPOPMIN"] * 3
+    assert client_commands(redis_url, calls) == ["EVALSHA"] * 3
     guard.close()
+
+
+def test_a_store_success_is_one_round_trip(redis_url: str, prefix: str) -> None:
+    """Admit + settle, repeated: one EVALSHA each; the last settle goes out at close."""
+    store = RedisStore(redis_url, prefix=prefix, settle_delay=5.0)
+    client = redis.Redis.from_url(redis_url)
+    key = CallKey("t1", 0, "fp")
+    warm = request(key, lease=30, limit=1)
+    store.admit(warm)  # connects, loads the script
+    store.settle(warm)
+
+    def successes() -> None:
+        for _ in range(10):
+            one = request(key, cost=0.1, max_calls=100, max_spend=100.0, lease=30, limit=1)
+            assert store.admit(one).admitted  # limit 1: the previous settle landed first
+            store.settle(one)
+
+    assert client_commands(redis_url, successes) == ["EVALSHA"] * 10
+    assert client.zcard(store.key("t1", "pending", 0, "fp")) == 1  # the last, deferred
+    assert client_commands(redis_url, store.close) == ["ZREM"]
+    assert client.zcard(store.key("t1", "pending", 0, "fp")) == 0
+
+
+def test_a_deferred_settle_is_flushed_shortly_after(redis_url: str, prefix: str) -> None:
+    """With no further admission, the background flush drops the reservation within about
+    settle_delay."""
+    store = RedisStore(redis_url, prefix=prefix, settle_delay=0.05)
+    client = redis.Redis.from_url(redis_url)
+    one = request(CallKey("t1", 0, "fp"), lease=30, limit=1)
+    store.admit(one)
+    store.settle(one)
+    pending = store.key("t1", "pending", 0, "fp")
+    assert client.zcard(pending) == 1
+    deadline = time.monotonic() + 2.0
+    while client.zcard(pending) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.zcard(pending) == 0
+    store.close()
+
+
+def test_a_deferred_settle_never_lets_another_worker_past_the_cap(redis_url: str,
+                                                                  prefix: str) -> None:
+    """Another worker's identical call is at most briefly busy, never admitted past the cap."""
+    one = RedisStore(redis_url, prefix=prefix, settle_delay=0.05)
+    two = RedisStore(redis_url, prefix=prefix, settle_delay=0.05)
+    key = CallKey("t1", 0, "fp")
+    first = request(key, lease=30, limit=1)
+    assert one.admit(first).admitted
+    assert two.admit(request(key, lease=30, limit=1)).busy  # still running
+    one.settle(first)
+    assert two.admit(request(key, lease=30, limit=1)).busy  # settled, not yet sent: busy
+    time.sleep(0.3)
+    assert two.admit(request(key, lease=30, limit=1)).admitted
+    assert one.admit(request(key, lease=30, limit=1)).busy  # two holds it now
+    one.close()
+    two.close()
 
 
 def test_scripts_survive_a_script_flush(redis_url: str, prefix: str) -> None:
     """A server that forgot the scripts (restart, failover) gets them again transparently."""
     store = RedisStore(redis_url, prefix=prefix)
     key = CallKey("t1", 0, "fp")
-    store.admit(key, cost=0.0, max_calls=None, max_spend=None)
+    store.admit(request(key))
     redis.Redis.from_url(redis_url).script_flush()
     assert store.record_failure(key, "bad", 1) == 1
-    assert store.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert store.admit(request(key)).blocked
     store.close()
 
 
@@ -304,7 +361,7 @@ def test_given_client_is_used_and_left_open(redis_url: str, prefix: str) -> None
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     store = RedisStore(prefix=prefix, client=client)
     store.record_failure(CallKey("t1", 0, "fp"), "invalid_argument:x", 1)
-    adm = store.admit(CallKey("t1", 0, "fp"), cost=0.5, max_calls=None, max_spend=None)
+    adm = store.admit(request(CallKey("t1", 0, "fp"), cost=0.5))
     assert adm.blocked and adm.last_code == "invalid_argument:x"
     store.put_ledger(LedgerEntry("c1", "t1", "book", "fp", "k", {"a": 1}, Outcome.APPLIED))
     assert store.ledger("t1")[0].args == {"a": 1}

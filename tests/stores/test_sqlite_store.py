@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from _requests import request
 
 from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
 from toolfault.stores import SQLiteStore
@@ -69,7 +72,7 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     key = CallKey("t1", 0, "fp")
     first = SQLiteStore(db)
-    first.admit(key, cost=2.5, max_calls=None, max_spend=None)
+    first.admit(request(key, cost=2.5))
     first.record_failure(key, "invalid_argument", 1)
     first.acquire("t1", "tok", 60)
     ledger = LedgerEntry("c1", "t1", "book", "fp", "k", {"seat": "1A"}, Outcome.UNKNOWN)
@@ -79,7 +82,7 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     first.close()
 
     second = SQLiteStore(db)
-    adm = second.admit(key, cost=1.0, max_calls=None, max_spend=None)
+    adm = second.admit(request(key, cost=1.0))
     assert adm.blocked and adm.calls_in_turn == 2 and adm.spend == pytest.approx(2.5)
     assert not second.acquire("t1", "tok", 60)
     assert second.ledger("t1") == [ledger]
@@ -91,7 +94,7 @@ def test_wal_and_synchronous_are_set(tmp_path: Path) -> None:
     """The file is in WAL mode and connections commit with the requested synchronous level."""
     db = tmp_path / "state.db"
     store = SQLiteStore(db, synchronous="FULL")
-    store.admit(CallKey("t", 0, "fp"), cost=0.0, max_calls=None, max_spend=None)
+    store.admit(request(CallKey("t", 0, "fp")))
     with sqlite3.connect(db) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._connect().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -104,11 +107,13 @@ def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
     SQLiteStore(db).close()
     script = textwrap.dedent(f"""
         import sys
-        from toolfault import CallKey
+        from toolfault import CallKey, Ceiling, Counter, AdmissionRequest
+        from toolfault._admission import Fingerprint
         from toolfault.stores import SQLiteStore
         store = SQLiteStore({str(db)!r})
-        ok = sum(store.admit(CallKey("t1", 0, f"fp{{i}}"), cost=1.0, max_calls=None,
-                             max_spend=30.0).admitted for i in range(25))
+        ceilings = (Ceiling(Counter.SPEND_IN_TASK, 30.0),)
+        ok = sum(store.admit(AdmissionRequest("t1", 0, Fingerprint(f"fp{{i}}"), 1.0, None,
+                                              ceilings)).admitted for i in range(25))
         print(ok)
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -119,8 +124,7 @@ def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         admitted.append(int(out))
     assert sum(admitted) == 30
-    last = SQLiteStore(db).admit(CallKey("t1", 0, "x"), cost=0.0, max_calls=None,
-                                 max_spend=None)
+    last = SQLiteStore(db).admit(request(CallKey("t1", 0, "x")))
     assert last.calls_in_turn == 101
     assert last.spend == pytest.approx(30.0)
 
@@ -135,11 +139,11 @@ def test_rows_expire_after_the_ttl(tmp_path: Path) -> None:
     store.close()
     time.sleep(0.1)
     kept = SQLiteStore(db, ttl_seconds=None)
-    assert kept.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert kept.admit(request(key)).blocked
     assert len(kept.ledger("t1")) == 1
     kept.close()
     pruned = SQLiteStore(db, ttl_seconds=0.05)
-    assert not pruned.admit(key, cost=0.0, max_calls=None, max_spend=None).blocked
+    assert not pruned.admit(request(key)).blocked
     assert pruned.ledger("t1") == []
     pruned.close()
 
@@ -208,4 +212,138 @@ def test_a_replayed_call_id_gets_its_answer_without_a_second_dispatch(tmp_path: 
     assert ran == []
     assert guard.call("book_seat", {"seat": "12A"}, call_id="toolu_02").ok  # a new action
     assert ran == ["12A"]
+    guard.close()
+
+
+def _count_writes(store: SQLiteStore) -> list[str]:
+    """Record every statement this thread's connection runs (its write transactions)."""
+    seen: list[str] = []
+    store._connect().set_trace_callback(seen.append)
+    return seen
+
+
+def test_a_success_is_one_write_transaction(tmp_path: Path) -> None:
+    """Admit + settle, repeated: one BEGIN IMMEDIATE each; the last settle is written at close."""
+    store = SQLiteStore(tmp_path / "state.db", settle_delay=5.0)
+    key = CallKey("t1", 0, "fp")
+    warm = request(key, lease=30, limit=1)
+    store.admit(warm)
+    store.settle(warm)
+    seen = _count_writes(store)
+    for _ in range(10):
+        one = request(key, cost=0.1, max_calls=100, max_spend=100.0, lease=30, limit=1)
+        assert store.admit(one).admitted  # limit 1: the previous settle was carried first
+        store.settle(one)
+    assert [s for s in seen if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 10
+    seen.clear()
+    store.close()
+    assert [s for s in seen if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"]
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        assert db.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+
+
+def test_a_deferred_settle_is_flushed_shortly_after(tmp_path: Path) -> None:
+    """With no further admission, the background flush deletes the reservation soon after."""
+    store = SQLiteStore(tmp_path / "state.db", settle_delay=0.05)
+    one = request(CallKey("t1", 0, "fp"), lease=30, limit=1)
+    store.admit(one)
+    store.settle(one)
+    other = SQLiteStore(tmp_path / "state.db")
+    assert other.admit(request(CallKey("t1", 0, "fp"), lease=30, limit=1)).busy
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        with sqlite3.connect(tmp_path / "state.db") as db:
+            if db.execute("SELECT count(*) FROM pending").fetchone()[0] == 0:
+                break
+        time.sleep(0.01)
+    assert other.admit(request(CallKey("t1", 0, "fp"), lease=30, limit=1)).admitted
+    store.close()
+    other.close()
+
+
+def test_a_failed_call_settles_at_once(tmp_path: Path) -> None:
+    """After a failure the settle is written at once: another process's retry is not busy."""
+    store = SQLiteStore(tmp_path / "state.db", settle_delay=60.0)
+    other = SQLiteStore(tmp_path / "state.db", settle_delay=60.0)
+    key = CallKey("t1", 0, "fp")
+    one = request(key, lease=30, limit=2)
+    assert store.admit(one).admitted
+    store.record_failure(key, "timeout", 2)
+    store.settle(one)
+    assert other.admit(request(key, lease=30, limit=2)).admitted  # 1 failure + 0 running
+    store.close()
+    other.close()
+
+
+def test_threads_of_one_process_queue_for_the_file(tmp_path: Path) -> None:
+    """16 threads with a handle each, writing at once with a short busy_timeout, never see
+    "database is locked": they queue on the process's lock for the file."""
+    db = tmp_path / "state.db"
+    SQLiteStore(db).close()
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(16)
+
+    def writer(n: int) -> None:
+        store = SQLiteStore(db, busy_timeout=2.0)
+        barrier.wait()
+        try:
+            for i in range(30):
+                one = request(CallKey("t1", 0, f"fp{n}-{i}"), cost=0.01, lease=30, limit=2)
+                store.admit(one)
+                store.put_ledger(LedgerEntry(f"c{n}-{i}", "t1", "book", "fp", f"k{n}-{i}", {},
+                                             Outcome.UNKNOWN))
+                store.settle(one)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    check = SQLiteStore(db)
+    assert len(check.ledger("t1")) == 16 * 30
+    check.close()
+
+
+def test_four_processes_hammering_one_file_never_fall_back(tmp_path: Path) -> None:
+    """4 processes x 4 threads writing as fast as they can, with the default busy handling:
+    no handle falls back to local counting (it did on "database is locked" before)."""
+    db = tmp_path / "state.db"
+    procs = [subprocess.Popen([sys.executable, str(WORKER), "hammer", "sqlite", str(db), "4",
+                               "2.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1])[0])
+    assert [r["degraded"] for r in results] == [0] * 4, results
+    assert all(r["calls"] > 0 for r in results)
+
+
+def test_a_degradation_is_reported_in_the_shared_store(tmp_path: Path) -> None:
+    """A guard that fell back to local counting writes its state_degraded incident into the
+    file on recovery, where every worker and operator sees it."""
+    db = tmp_path / "state.db"
+    guard = Guard(store=SQLiteStore(db, busy_timeout=0.2), task_id="t1",
+                  limits=Limits(no_progress_cycle=None))
+    guard._store._retry_after = 0.0
+    guard.tool(name="ping")(lambda: "pong")
+    assert guard.call("ping", {}).ok
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # another program holds the file
+    try:
+        assert guard.call("ping", {}).ok
+        assert guard.degraded
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert guard.call("ping", {}).ok and not guard.degraded
+    other = SQLiteStore(db)
+    assert [i.kind for i in other.incidents("t1")] == [IncidentKind.STATE_DEGRADED]
+    other.close()
     guard.close()

@@ -9,17 +9,35 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import _requests
 import pytest
 
-from toolfault import Admission, CallKey, Incident, IncidentKind, LedgerEntry, Outcome, Store
+from toolfault import (
+    Admission,
+    AdmissionRequest,
+    CallKey,
+    Ceiling,
+    Counter,
+    Incident,
+    IncidentKind,
+    LedgerEntry,
+    Outcome,
+    Store,
+)
+from toolfault._admission import Fingerprint
 
 K = CallKey("task-a", 0, "fp-1")
 
 
+def request(key: CallKey = K, **kw: Any) -> AdmissionRequest:
+    return _requests.request(key, **kw)
+
+
 def admit(store: Store, key: CallKey = K, *, cost: float = 0.0, max_calls: int | None = None,
           max_spend: float | None = None) -> Admission:
-    return store.admit(key, cost=cost, max_calls=max_calls, max_spend=max_spend)
+    return store.admit(request(key, cost=cost, max_calls=max_calls, max_spend=max_spend))
 
 
 def entry(call_id: str, *, at: float, task: str = "task-a", **kw: object) -> LedgerEntry:
@@ -246,8 +264,7 @@ def test_admit_is_atomic_under_threads(make_store: Callable[[], Store]) -> None:
     def worker() -> None:
         store = make_store()
         for i in range(20):
-            adm = store.admit(CallKey("task-a", 0, f"fp{i}"), cost=1.0, max_calls=None,
-                              max_spend=25.0)
+            adm = admit(store, CallKey("task-a", 0, f"fp{i}"), cost=1.0, max_spend=25.0)
             with lock:
                 admitted.append(adm.admitted)
 
@@ -258,8 +275,7 @@ def test_admit_is_atomic_under_threads(make_store: Callable[[], Store]) -> None:
         t.join()
     assert len(admitted) == 120
     assert sum(admitted) == 25
-    last = make_store().admit(CallKey("task-a", 0, "last"), cost=0.0, max_calls=None,
-                              max_spend=None)
+    last = admit(make_store(), CallKey("task-a", 0, "last"))
     assert last.calls_in_turn == 121
     assert last.spend == pytest.approx(25.0)
 
@@ -267,44 +283,94 @@ def test_admit_is_atomic_under_threads(make_store: Callable[[], Store]) -> None:
 def test_concurrent_repeats_of_a_failed_call_are_busy(store: Store) -> None:
     """With a lease, identical calls in flight count against the limit until each settles."""
     store.record_failure(K, "bad", 2)
-    first = store.admit(K, cost=1.0, max_calls=None, max_spend=None, lease=30)
-    second = store.admit(K, cost=1.0, max_calls=None, max_spend=None, lease=30)
+    one = request(cost=1.0, lease=30)
+    first, second = store.admit(one), store.admit(request(cost=1.0, lease=30))
     assert first.admitted and not first.busy
     assert second.busy and not second.admitted and not second.blocked
     assert second.spend == pytest.approx(1.0)  # the busy call was not charged
-    store.settle(K)
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).admitted
+    store.settle(one)
+    assert store.admit(request(lease=30)).admitted
 
 
 def test_reservations_expire_with_their_lease(store: Store) -> None:
     """A reservation whose caller died stops counting once its lease passed."""
     store.record_failure(K, "bad", 2)
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=0.05).admitted
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=0.05).busy
+    assert store.admit(request(lease=0.05)).admitted
+    assert store.admit(request(lease=0.05)).busy
     time.sleep(0.15)
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=0.05).admitted
+    assert store.admit(request(lease=0.05)).admitted
 
 
 def test_first_calls_reserve_too(store: Store) -> None:
     """Calls admitted before any failure still count once the fingerprint starts failing."""
-    a = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30)
+    first = request(lease=30)
+    a = store.admit(first)
     assert a.admitted and a.failures == 0
     store.record_failure(K, "bad", 2)  # another worker's identical call failed meanwhile
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).busy
-    store.settle(K)
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30).admitted
+    assert store.admit(request(lease=30)).busy
+    store.settle(first)
+    assert store.admit(request(lease=30)).admitted
 
 
 def test_in_flight_limit_applies_before_any_failure(store: Store) -> None:
-    """With ``limit``, identical calls in flight are capped even before the first failure."""
-    first = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30, limit=2)
-    second = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30, limit=2)
-    third = store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30, limit=2)
+    """With an IDENTICAL_RUNNING ceiling, identical calls in flight are capped before any
+    failure."""
+    one = request(lease=30, limit=2)
+    first, second = store.admit(one), store.admit(request(lease=30, limit=2))
+    third = store.admit(request(lease=30, limit=2))
     assert first.admitted and second.admitted
     assert third.busy and not third.admitted
-    store.settle(K)
-    assert store.admit(K, cost=0.0, max_calls=None, max_spend=None, lease=30,
-                       limit=2).admitted
+    store.settle(one)
+    assert store.admit(request(lease=30, limit=2)).admitted
+
+
+def test_settle_releases_the_calls_own_reservation(store: Store) -> None:
+    """Settling a request drops that request's reservation, not another identical call's."""
+    short, long = request(lease=0.05, limit=2), request(lease=30, limit=2)
+    assert store.admit(short).admitted and store.admit(long).admitted
+    store.settle(long)
+    assert store.admit(request(lease=30, limit=2)).admitted  # short still held: 1 + 1
+    time.sleep(0.15)
+    assert store.admit(request(lease=30, limit=2)).admitted  # short expired: 1 + 1
+
+
+def test_settling_twice_or_unadmitted_is_harmless(store: Store) -> None:
+    """A request that holds no reservation (refused, settled already, no lease) settles to a
+    no-op."""
+    store.record_failure(K, "bad", 3)
+    one, never = request(lease=30, limit=1), request(lease=30, limit=1)
+    assert store.admit(one).admitted
+    assert store.admit(request(lease=30, limit=1)).admitted  # limit 3 from the record
+    store.settle(one)
+    store.settle(one)
+    store.settle(never)
+    store.settle(request())
+    assert store.admit(request(lease=30)).admitted
+    assert store.admit(request(lease=30)).busy
+
+
+def test_the_order_of_ceilings_in_the_request_does_not_matter(store: Store) -> None:
+    """Ceilings are evaluated in the documented order whatever order the request lists them."""
+    store.record_failure(K, "bad", 1)
+    ceilings = (Ceiling(Counter.SPEND_IN_TASK, 0.0), Ceiling(Counter.IDENTICAL_RUNNING, 0),
+                Ceiling(Counter.CALLS_IN_TURN, 5))
+    adm = store.admit(AdmissionRequest("task-a", 0, Fingerprint("fp-1"), 1.0, 30, ceilings))
+    assert adm.blocked and adm.over is None and adm.calls_in_turn == 1
+    other = AdmissionRequest("task-a", 0, Fingerprint("fp-2"), 1.0, 30, ceilings[::-1])
+    assert store.admit(other).busy  # identical-running before spend
+    third = AdmissionRequest("task-a", 0, Fingerprint("fp-3"), 1.0, None, ceilings[1:])
+    assert store.admit(third).over is None  # no lease: no identical-running clause
+    over = AdmissionRequest("task-a", 0, Fingerprint("fp-4"), 1.0, None, ceilings)
+    assert store.admit(over).over == "spend_per_task"
+
+
+def test_the_tightest_of_two_ceilings_on_one_counter_wins(store: Store) -> None:
+    """Two ceilings on one counter: the lower limit applies."""
+    ceilings = (Ceiling(Counter.CALLS_IN_TURN, 5), Ceiling(Counter.CALLS_IN_TURN, 1))
+    assert store.admit(AdmissionRequest("task-a", 0, Fingerprint("a"), 0, None,
+                                        ceilings)).admitted
+    assert store.admit(AdmissionRequest("task-a", 0, Fingerprint("b"), 0, None,
+                                        ceilings)).over == "calls_per_turn"
 
 
 def test_ledger_entry_is_the_latest_for_its_key(store: Store) -> None:

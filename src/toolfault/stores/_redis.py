@@ -10,10 +10,19 @@ task's keys live in one Redis Cluster slot and a script may touch them together.
 has a TTL, so abandoned tasks cannot leak memory.  Timeouts are short and the client does not
 retry on its own: an outage must surface as an exception quickly, so the guard can degrade
 (fail open to local counting, or fail closed) instead of hanging the agent.
+
+One round trip per successful call: :meth:`RedisStore.settle` is deferred.  The next
+admission of the same task from this store carries it (the script drops those reservations
+before it evaluates anything), and a background flush sends whatever is left
+``settle_delay`` seconds later (and at :meth:`RedisStore.close`).  A deferred settle only
+ever over-counts: until it lands, an identical call from another worker sees one more call
+in flight, so it may be told ``busy`` (never admitted past the cap) for at most about
+``settle_delay`` (or until the lease, if this process dies first).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -30,50 +39,70 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from toolfault._records import Incident, LedgerEntry
-from toolfault._state import Admission, CallKey
+from toolfault._state import Admission, AdmissionRequest, CallKey
+from toolfault.stores._deferred import DeferredSettles
 
-# KEYS: failure record, calls in turn, task spend, reservations (zset: token -> expiry ms).
-# ARGV: cost, max calls ('' = none), max spend ('' = none), ttl in ms, lease in ms ('' =
-# none), reservation token, in-flight limit before any failure ('' = none).
-# Mirrors MemoryStore.admit step for step: the turn ceiling first (nothing counted), then
-# the call is counted, then a blocked fingerprint (not charged), then a busy one, then the
-# spend ceiling; an admitted call with a lease then holds a reservation until settle().
+# KEYS: failure record, calls in turn, task spend, reservations (zset: token -> expiry ms),
+# then one reservation zset per carried settle.
+# ARGV: cost, ttl in ms, lease in ms ('' = none), reservation token, number of ceilings,
+# number of carried settles, then (counter, limit) per ceiling, then one token per settle.
+# First the settles this worker deferred (they happened before this call), then the steps
+# of ``_admission.py`` in order: the turn ceiling (nothing counted), the call counted, a
+# blocked fingerprint (not charged), a busy one, the spend ceiling; an admitted call with a
+# lease then holds a reservation until it is settled.
 _ADMIT = """
 if redis.replicate_commands then redis.replicate_commands() end
+local nc, ns = tonumber(ARGV[5]), tonumber(ARGV[6])
+for i = 1, ns do
+  redis.call('ZREM', KEYS[4 + i], ARGV[6 + 2 * nc + i])
+end
+local max_calls, max_running, max_spend = false, false, false
+for i = 0, nc - 1 do
+  local counter, limit = ARGV[7 + 2 * i], tonumber(ARGV[8 + 2 * i])
+  if counter == 'calls_per_turn' then
+    if not max_calls or limit < max_calls then max_calls = limit end
+  elseif counter == 'identical_running' then
+    if not max_running or limit < max_running then max_running = limit end
+  elseif counter == 'spend_per_task' then
+    if not max_spend or limit < max_spend then max_spend = limit end
+  else
+    return redis.error_reply('toolfault: no clause for ceiling ' .. counter)
+  end
+end
 local rec = redis.call('HMGET', KEYS[1], 'count', 'code', 'limit')
 local failures = tonumber(rec[1]) or 0
 local calls = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
 local spend = redis.call('GET', KEYS[3]) or '0'
-if ARGV[2] ~= '' and calls > tonumber(ARGV[2]) then
+if max_calls and calls > max_calls then
   return {failures, rec[2], 0, calls - 1, spend, 'calls_per_turn', 0}
 end
-redis.call('SET', KEYS[2], calls, 'PX', ARGV[4])
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('SET', KEYS[2], calls, 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 if rec[1] and failures >= tonumber(rec[3]) then
   return {failures, rec[2], 1, calls, spend, false, 0}
 end
 local expires = false
-if ARGV[5] ~= '' then
+if ARGV[3] ~= '' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  local cap = rec[1] and tonumber(rec[3]) or (ARGV[7] ~= '' and tonumber(ARGV[7]))
+  local cap = rec[1] and tonumber(rec[3]) or max_running
   if cap and failures + redis.call('ZCARD', KEYS[4]) >= cap then
     return {failures, rec[2], 0, calls, spend, false, 1}
   end
-  expires = now + tonumber(ARGV[5])
+  expires = now + tonumber(ARGV[3])
 end
 local cost = tonumber(ARGV[1])
-if ARGV[3] ~= '' and tonumber(spend) + cost > tonumber(ARGV[3]) + 1e-12 then
+if max_spend and tonumber(spend) + cost > max_spend + 1e-12 then
   return {failures, rec[2], 0, calls, spend, 'spend_per_task', 0}
 end
 if cost ~= 0 then
   spend = redis.call('INCRBYFLOAT', KEYS[3], ARGV[1])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
 end
 if expires then
-  redis.call('ZADD', KEYS[4], expires, ARGV[6])
-  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[5]) + 1000)
+  redis.call('ZADD', KEYS[4], expires, ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[3]) + 1000)
 end
 return {failures, rec[2], 0, calls, spend, false, 0}
 """
@@ -150,10 +179,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _opt(value: float | None) -> str:
-    return "" if value is None else repr(float(value))
-
-
 class RedisStore:
     """Counters, budgets, idempotency keys and the effect ledger in Redis, for many workers.
 
@@ -161,7 +186,8 @@ class RedisStore:
     (it is then not closed by :meth:`close`); otherwise one is built from ``url`` with
     ``socket_timeout`` for both connecting and reading and no client-side retries, so a
     dead server fails a call within about that time.  ``ttl_seconds`` bounds every key's life
-    after its last write.
+    after its last write.  ``settle_delay``: how long a settle may wait to ride along with
+    the next admission before a background flush sends it (see the module docstring).
     """
 
     def __init__(
@@ -172,13 +198,19 @@ class RedisStore:
         ttl_seconds: float = 86400.0,
         client: Any = None,
         socket_timeout: float = 0.5,
+        settle_delay: float = 0.02,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             from toolfault._errors import ConfigurationError
 
             raise ConfigurationError("prefix must not contain '{' or '}' (they set the slot)")
+        if settle_delay < 0:
+            from toolfault._errors import ConfigurationError
+
+            raise ConfigurationError("settle_delay must not be negative")
         self.prefix = prefix
         self.ttl_ms = max(1, math.ceil(ttl_seconds * 1000))
+        self.settle_delay = settle_delay
         self._owned = client is None
         if client is None:
             client = redis.Redis.from_url(
@@ -198,46 +230,117 @@ class RedisStore:
         self._ledger_entry = client.register_script(_LEDGER_ENTRY)
         self._swap_ledger = client.register_script(_SWAP_LEDGER)
         self._add_incident = client.register_script(_ADD_INCIDENT)
+        self._tags: dict[str, str] = {}
+        # Reservation tokens: unique per store handle (random part) and per call (counter).
+        self._nonce = os.urandom(6).hex()
+        self._seq = itertools.count()
+        #: request -> (reservation key, token) while the call holds a reservation
+        self._reserved: dict[AdmissionRequest, tuple[str, str]] = {}
+        #: reservation keys whose fingerprint failed since: their settle goes out at once
+        self._failed: set[str] = set()
+        #: settled reservations not yet sent, by task (ridden along or flushed)
+        self._unsettled: DeferredSettles[tuple[str, str]] = DeferredSettles(self, settle_delay)
+
+    def _tag(self, task: str) -> str:
+        """The escaped ``prefix:{task}`` part of a task's keys (cached: quoting is slow)."""
+        tag = self._tags.get(task)
+        if tag is None:
+            if len(self._tags) >= 4096:
+                self._tags.clear()
+            tag = self._tags[task] = f"{self.prefix}:{{{quote(task, safe='')}}}"
+        return tag
 
     def key(self, task: str, *parts: object) -> str:
         """The key of one of a task's records; the task is escaped so ``{}:`` cannot collide."""
         tail = "".join(f":{part}" for part in parts)
-        return f"{self.prefix}:{{{quote(task, safe='')}}}{tail}"
+        return f"{self._tag(task)}{tail}"
 
     def _failure_key(self, key: CallKey) -> str:
         return self.key(key.task, "fail", key.turn, key.fingerprint)
 
-    def _pending_key(self, key: CallKey) -> str:
-        return self.key(key.task, "pending", key.turn, key.fingerprint)
-
     # -- the hot path -----------------------------------------------------------------
-    def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None, limit: int | None = None,
-    ) -> Admission:
-        reply = self._admit(
-            keys=[self._failure_key(key), self.key(key.task, "calls", key.turn),
-                  self.key(key.task, "spend"), self._pending_key(key)],
-            args=[repr(float(cost)), "" if max_calls is None else str(int(max_calls)),
-                  _opt(max_spend), self.ttl_ms,
-                  "" if lease is None else max(1, math.ceil(lease * 1000)), os.urandom(8).hex(),
-                  "" if limit is None else str(int(limit))],
-        )
+    def admit(self, request: AdmissionRequest) -> Admission:
+        task, turn, fp = request.task, request.turn, request.fingerprint()
+        tag = self._tag(task)
+        pending = f"{tag}:pending:{turn}:{fp}"
+        token = f"{self._nonce}{next(self._seq):x}"
+        ceilings: list[str] = []
+        for ceiling in request.ceilings:
+            if math.isfinite(ceiling.limit):
+                ceilings += (ceiling.counter.value, repr(float(ceiling.limit)))
+        carried = self._unsettled.take(task)
+        lease = request.lease
+        try:
+            reply = self._admit(
+                keys=[f"{tag}:fail:{turn}:{fp}", f"{tag}:calls:{turn}", f"{tag}:spend", pending,
+                      *(k for k, _ in carried)],
+                args=[repr(float(request.cost)), self.ttl_ms,
+                      "" if lease is None else max(1, math.ceil(lease * 1000)), token,
+                      len(ceilings) // 2, len(carried), *ceilings, *(t for _, t in carried)],
+            )
+        except BaseException:
+            if carried:
+                self._unsettled.add(task, carried)
+            raise
         failures, code, blocked, calls, spend, over, busy = reply
-        return Admission(
+        admission = Admission(
             int(failures), None if code is None else _text(code), bool(blocked), int(calls),
             float(_text(spend)), None if over is None else _text(over), busy=bool(busy),
         )
+        if lease is not None and admission.admitted:
+            self._reserved[request] = (pending, token)
+        return admission
+
+    def settle(self, request: AdmissionRequest) -> None:
+        """Drop the call's own reservation: deferred, carried by the next admission.
+
+        After a failure of that fingerprint the settle is sent at once (the failure path
+        costs round trips anyway), so an identical retry, here or on another worker, is not
+        told ``busy`` because of the attempt that just failed.  Never raises: a settle that
+        cannot be sent is left to the flusher, and the lease bounds it.
+        """
+        held = self._reserved.pop(request, None)
+        if held is None:
+            return
+        failed = self._failed
+        if not failed or held[0] not in failed:
+            self._unsettled.add(request.task, (held,))
+            return
+        failed.discard(held[0])
+        settles = [*self._unsettled.take(request.task), held]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key, token in settles:
+                pipe.zrem(key, token)
+            pipe.execute()
+        except Exception:  # noqa: BLE001 - the flusher tries again; the lease bounds it
+            self._unsettled.add(request.task, settles)
+
+    def flush(self) -> None:
+        """Send every deferred settle now (one pipelined round trip); errors are dropped:
+        a reservation that could not be settled expires with its lease."""
+        unsettled = self._unsettled.take_all()
+        if not unsettled:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key, token in unsettled:
+                pipe.zrem(key, token)
+            pipe.execute()
+        except Exception:  # noqa: BLE001 - the leases bound what is left behind
+            pass
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
-        return int(self._record_failure(keys=[self._failure_key(key)],
-                                        args=[code, int(limit), self.ttl_ms]))
+        count = int(self._record_failure(keys=[self._failure_key(key)],
+                                         args=[code, int(limit), self.ttl_ms]))
+        if self._reserved:
+            if len(self._failed) > 4096:  # only ever makes a settle wait for the flush
+                self._failed.clear()
+            self._failed.add(f"{self._tag(key.task)}:pending:{key.turn}:{key.fingerprint}")
+        return count
 
     def clear_failures(self, key: CallKey) -> None:
         self.client.delete(self._failure_key(key))
-
-    def settle(self, key: CallKey) -> None:
-        self.client.zpopmin(self._pending_key(key))
 
     def refund(self, task: str, cost: float) -> None:
         if cost:
@@ -290,9 +393,13 @@ class RedisStore:
         return [Incident.from_dict(json.loads(_text(v))) for v in values]
 
     def close(self) -> None:
-        """Disconnect the client this store built; a client passed in stays the caller's."""
+        """Send the deferred settles, then disconnect the client this store built (a client
+        passed in stays the caller's)."""
+        self._unsettled.close()
+        self.flush()
         if self._owned:
             self.client.close()
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r})"
+

@@ -6,12 +6,23 @@ beside the single writer; every write step is one ``BEGIN IMMEDIATE`` transactio
 :meth:`SQLiteStore.admit` is atomic across processes exactly as ``MemoryStore.admit`` is
 within one.  Each thread gets its own connection (``sqlite3`` connections must not be shared
 between concurrent threads); a forked child opens fresh ones.
+
+One write transaction per successful call: :meth:`SQLiteStore.settle` is deferred and
+carried by the next admission's transaction (or flushed ``settle_delay`` seconds later, and
+at :meth:`SQLiteStore.close`); pruning rides along with an admission too.  A deferred settle
+only over-counts (see ``stores/_deferred.py``).
+
+Writers wait their turn instead of failing: the threads of one process queue on one lock per
+file (so SQLite's polling busy handler only arbitrates between processes), and ``BEGIN
+IMMEDIATE`` is retried with jitter until ``busy_timeout`` has passed.  Only then does a write
+raise "database is locked", which the guard reports as a ``state_degraded`` incident.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -21,7 +32,8 @@ from pathlib import Path
 from typing import Literal
 
 from toolfault._records import Incident, LedgerEntry
-from toolfault._state import Admission, CallKey
+from toolfault._state import SPEND_EPSILON, Admission, AdmissionRequest, CallKey, ceilings_of
+from toolfault.stores._deferred import DeferredSettles
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS failures (
@@ -73,6 +85,42 @@ _PRUNE = (
     "DELETE FROM incidents WHERE updated < :cutoff",
 )
 
+# Expired reservations and idempotency keys (wall clock, like every row's ``updated``).
+_EXPIRE = (
+    "DELETE FROM held WHERE expires < :now",
+    "DELETE FROM pending WHERE expires < :now",
+)
+
+# One write lock per file and process: a process's threads queue here, fairly and without
+# polling, so SQLite's busy handler only arbitrates between processes.
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_REGISTRY = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.Lock:
+    name = os.path.realpath(path)
+    with _REGISTRY:
+        lock = _WRITE_LOCKS.get(name)
+        if lock is None:
+            lock = _WRITE_LOCKS[name] = threading.Lock()
+        return lock
+
+
+def _forget_write_locks() -> None:
+    """In a forked child a lock may be held by a thread that does not exist there."""
+    global _REGISTRY
+    _REGISTRY = threading.Lock()
+    _WRITE_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_write_locks)
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
 
 class SQLiteStore:
     """Counters, budgets, idempotency keys and the effect ledger in one SQLite file.
@@ -81,6 +129,8 @@ class SQLiteStore:
     is in the OS before the call returns.  ``"FULL"`` also survives power loss, at the price
     of an fsync per write.  Rows untouched for ``ttl_seconds`` are pruned (``None`` keeps
     them forever); wall-clock time is used because the file outlives any one process.
+    ``busy_timeout``: how long a write waits for the file before it raises (and the guard
+    degrades, with an incident).  ``settle_delay``: see the module docstring.
     """
 
     def __init__(
@@ -89,7 +139,8 @@ class SQLiteStore:
         *,
         ttl_seconds: float | None = 86400.0,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
-        busy_timeout: float = 1.0,
+        busy_timeout: float = 5.0,
+        settle_delay: float = 0.02,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             from toolfault._errors import ConfigurationError
@@ -101,15 +152,25 @@ class SQLiteStore:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._write_lock = _write_lock(self.path)
         self._connections: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
         self._next_prune = 0.0
-        self._connect().executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        #: request -> its reservation's row id, while the call holds one
+        self._reserved: dict[AdmissionRequest, int] = {}
+        #: (task, turn, fingerprint) that failed since admission: settled at once
+        self._failed: set[tuple[str, int, str]] = set()
+        self._unsettled: DeferredSettles[int] = DeferredSettles(self, settle_delay)
+        with self._write() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
         self._migrate()
         self._inode = self._file_identity()
         self._next_identity_check = 0.0
-        self._prune()
+        with self._write() as db:
+            self._prune(db, time.time())
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -126,6 +187,7 @@ class SQLiteStore:
             with self._lock:
                 self._pid = os.getpid()
                 self._connections = []
+                self._write_lock = _write_lock(self.path)
             self._local = threading.local()
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is not None:
@@ -144,27 +206,53 @@ class SQLiteStore:
         # Switching to WAL briefly needs the file to itself; another process opening the
         # same file at the same moment answers "database is locked" without waiting.
         deadline = time.monotonic() + self._busy_timeout
+        pause = 0.002
         while True:
             try:
                 db.execute("PRAGMA journal_mode = WAL")
                 return
-            except sqlite3.OperationalError:
-                if time.monotonic() > deadline:
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() > deadline:
                     raise
-                time.sleep(0.01)
+                time.sleep(random.uniform(pause / 2, pause))
+                pause = min(pause * 2, 0.05)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front so concurrent writers queue, not deadlock."""
+        """One write transaction, taken up front so concurrent writers queue, not deadlock.
+
+        Waits up to ``busy_timeout`` in all: for this process's other writers (a lock), then
+        for other processes (SQLite's busy handler, and ``BEGIN IMMEDIATE`` retried with
+        jitter where SQLite answers "locked" without waiting).
+        """
         db = self._connect()
-        db.execute("BEGIN IMMEDIATE")
+        deadline = time.monotonic() + self._busy_timeout
+        if not self._write_lock.acquire(timeout=self._busy_timeout):
+            raise sqlite3.OperationalError("database is locked (this process's writers queue)")
         try:
-            yield db
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+            self._begin(db, deadline)
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            self._write_lock.release()
+
+    @staticmethod
+    def _begin(db: sqlite3.Connection, deadline: float) -> None:
+        pause = 0.002
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(random.uniform(pause / 2, pause))
+            pause = min(pause * 2, 0.05)
 
     def _file_identity(self) -> tuple[int, int] | None:
         try:
@@ -182,73 +270,130 @@ class SQLiteStore:
         if self._file_identity() != self._inode:
             raise sqlite3.OperationalError(f"the state file {self.path} was removed or replaced")
 
-    def _prune(self) -> None:
-        self._check_file()
-        now = time.time()
-        if self.ttl_seconds is None or now < self._next_prune:
+    def _prune(self, db: sqlite3.Connection, now: float) -> None:
+        """Drop expired rows (inside the caller's write transaction), at most once a minute."""
+        if now < self._next_prune:
             return
-        self._next_prune = now + min(60.0, self.ttl_seconds / 10)
-        cutoff = now - self.ttl_seconds
-        with self._write() as db:
+        ttl = self.ttl_seconds
+        self._next_prune = now + (60.0 if ttl is None else min(60.0, ttl / 10))
+        if ttl is not None:
             for sql in _PRUNE:
-                db.execute(sql, {"cutoff": cutoff})
-            db.execute("DELETE FROM held WHERE expires < :now", {"now": now})
-            db.execute("DELETE FROM pending WHERE expires < :now", {"now": now})
+                db.execute(sql, {"cutoff": now - ttl})
+        for sql in _EXPIRE:
+            db.execute(sql, {"now": now})
 
     # -- the hot path -----------------------------------------------------------------
-    def admit(
-        self, key: CallKey, *, cost: float, max_calls: int | None, max_spend: float | None,
-        lease: float | None = None, limit: int | None = None,
-    ) -> Admission:
-        self._prune()
+    def admit(self, request: AdmissionRequest) -> Admission:
+        fp = request.fingerprint()  # first: a fingerprint error is not the store's
+        self._check_file()
+        max_calls, max_running, max_spend = ceilings_of(request)
         now = time.time()
-        k = {"task": key.task, "turn": key.turn, "fp": key.fingerprint, "now": now}
-        with self._write() as db:
-            row = db.execute(
-                'SELECT count, code, "limit" FROM failures '
-                "WHERE task = :task AND turn = :turn AND fingerprint = :fp", k,
-            ).fetchone()
-            found = db.execute("SELECT count FROM calls WHERE task = :task AND turn = :turn",
-                               k).fetchone()
-            money = db.execute("SELECT amount FROM spend WHERE task = :task", k).fetchone()
-            failures, code = (int(row[0]), str(row[1])) if row else (0, None)
-            calls = (int(found[0]) if found else 0) + 1
-            spend = float(money[0]) if money else 0.0
-            if max_calls is not None and calls > max_calls:
-                return Admission(failures, code, False, calls - 1, spend, "calls_per_turn")
+        k = {"task": request.task, "turn": request.turn, "fp": fp, "now": now}
+        carried = self._unsettled.take(None)
+        try:
+            with self._write() as db:
+                if carried:
+                    _settle_rows(db, carried)
+                self._prune(db, now)
+                admission, row = self._evaluate(db, k, now, request, max_calls,
+                                                max_running, max_spend)
+        except BaseException:
+            if carried:
+                self._unsettled.add(None, carried)
+            raise
+        if row is not None:
+            self._reserved[request] = row
+        return admission
+
+    def _evaluate(self, db: sqlite3.Connection, k: dict[str, object], now: float,
+                  request: AdmissionRequest, max_calls: float | None,
+                  max_running: float | None, max_spend: float | None
+                  ) -> tuple[Admission, int | None]:
+        """The steps of ``_admission.py``, in order; the reservation's row id when taken."""
+        row = db.execute(
+            'SELECT count, code, "limit" FROM failures '
+            "WHERE task = :task AND turn = :turn AND fingerprint = :fp", k,
+        ).fetchone()
+        found = db.execute("SELECT count FROM calls WHERE task = :task AND turn = :turn",
+                           k).fetchone()
+        money = db.execute("SELECT amount FROM spend WHERE task = :task", k).fetchone()
+        failures, code = (int(row[0]), str(row[1])) if row else (0, None)
+        calls = (int(found[0]) if found else 0) + 1
+        spend = float(money[0]) if money else 0.0
+        if max_calls is not None and calls > max_calls:
+            return Admission(failures, code, False, calls - 1, spend, "calls_per_turn"), None
+        db.execute(
+            "INSERT INTO calls (task, turn, count, updated) VALUES (:task, :turn, :calls, "
+            ":now) ON CONFLICT (task, turn) DO UPDATE SET count = excluded.count, "
+            "updated = excluded.updated",
+            {**k, "calls": calls},
+        )
+        if row is not None and failures >= int(row[2]):
+            return Admission(failures, code, True, calls, spend), None
+        lease = request.lease
+        if lease is not None:
+            db.execute("DELETE FROM pending WHERE task = :task AND turn = :turn "
+                       "AND fingerprint = :fp AND expires <= :now", k)
+            (live,) = db.execute(
+                "SELECT count(*) FROM pending WHERE task = :task AND turn = :turn "
+                "AND fingerprint = :fp", k).fetchone()
+            cap = int(row[2]) if row is not None else max_running
+            if cap is not None and failures + int(live) >= cap:
+                return Admission(failures, code, False, calls, spend, busy=True), None
+        cost = request.cost
+        if max_spend is not None and spend + cost > max_spend + SPEND_EPSILON:
+            return Admission(failures, code, False, calls, spend, "spend_per_task"), None
+        if cost:
+            spend += cost
             db.execute(
-                "INSERT INTO calls (task, turn, count, updated) VALUES (:task, :turn, :calls, "
-                ":now) ON CONFLICT (task, turn) DO UPDATE SET count = excluded.count, "
+                "INSERT INTO spend (task, amount, updated) VALUES (:task, :spend, :now) "
+                "ON CONFLICT (task) DO UPDATE SET amount = excluded.amount, "
                 "updated = excluded.updated",
-                {**k, "calls": calls},
+                {**k, "spend": spend},
             )
-            if row is not None and failures >= int(row[2]):
-                return Admission(failures, code, True, calls, spend)
-            reserve = lease is not None
-            if reserve:
-                db.execute("DELETE FROM pending WHERE task = :task AND turn = :turn "
-                           "AND fingerprint = :fp AND expires <= :now", k)
-                (live,) = db.execute(
-                    "SELECT count(*) FROM pending WHERE task = :task AND turn = :turn "
-                    "AND fingerprint = :fp", k).fetchone()
-                cap = int(row[2]) if row is not None else limit
-                if cap is not None and failures + int(live) >= cap:
-                    return Admission(failures, code, False, calls, spend, busy=True)
-            if max_spend is not None and spend + cost > max_spend + 1e-12:
-                return Admission(failures, code, False, calls, spend, "spend_per_task")
-            if cost:
-                spend += cost
-                db.execute(
-                    "INSERT INTO spend (task, amount, updated) VALUES (:task, :spend, :now) "
-                    "ON CONFLICT (task) DO UPDATE SET amount = excluded.amount, "
-                    "updated = excluded.updated",
-                    {**k, "spend": spend},
-                )
-            if reserve:
-                assert lease is not None
-                db.execute("INSERT INTO pending (task, turn, fingerprint, expires) "
-                           "VALUES (:task, :turn, :fp, :expires)", {**k, "expires": now + lease})
-            return Admission(failures, code, False, calls, spend)
+        reserved = None
+        if lease is not None:
+            reserved = db.execute(
+                "INSERT INTO pending (task, turn, fingerprint, expires) "
+                "VALUES (:task, :turn, :fp, :expires)",
+                {**k, "expires": now + lease},
+            ).lastrowid
+        return Admission(failures, code, False, calls, spend), reserved
+
+    def settle(self, request: AdmissionRequest) -> None:
+        """Drop the call's own reservation: deferred, carried by the next admission.
+
+        After a failure of that fingerprint it is written at once (the failure path writes
+        anyway), so an identical retry in another process is not told ``busy`` because of
+        the attempt that just failed.  Never raises: what cannot be written is left to the
+        flusher, and the lease bounds it.
+        """
+        row = self._reserved.pop(request, None)
+        if row is None:
+            return
+        key = (request.task, request.turn, request.fingerprint()) if self._failed else None
+        if key is None or key not in self._failed:
+            self._unsettled.add(None, (row,))
+            return
+        self._failed.discard(key)
+        rows = [*self._unsettled.take(None), row]
+        try:
+            with self._write() as db:
+                _settle_rows(db, rows)
+        except (sqlite3.Error, OSError):
+            self._unsettled.add(None, rows)
+
+    def flush(self) -> None:
+        """Write every deferred settle now (one transaction); on error the rows expire with
+        their leases."""
+        rows = self._unsettled.take_all()
+        if not rows or self._closed:
+            return
+        try:
+            with self._write() as db:
+                _settle_rows(db, rows)
+        except (sqlite3.Error, OSError):
+            pass
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._write() as db:
@@ -261,19 +406,17 @@ class SQLiteStore:
                 {"task": key.task, "turn": key.turn, "fp": key.fingerprint, "code": code,
                  "limit": limit, "now": time.time()},
             ).fetchone()
-            return int(row[0])
+            count = int(row[0])
+        if self._reserved:
+            if len(self._failed) > 4096:  # only ever makes a settle wait for the flush
+                self._failed.clear()
+            self._failed.add((key.task, key.turn, key.fingerprint))
+        return count
 
     def clear_failures(self, key: CallKey) -> None:
         with self._write() as db:
             db.execute("DELETE FROM failures WHERE task = :task AND turn = :turn "
                        "AND fingerprint = :fp",
-                       {"task": key.task, "turn": key.turn, "fp": key.fingerprint})
-
-    def settle(self, key: CallKey) -> None:
-        with self._write() as db:
-            db.execute("DELETE FROM pending WHERE id = (SELECT id FROM pending WHERE "
-                       "task = :task AND turn = :turn AND fingerprint = :fp "
-                       "ORDER BY expires LIMIT 1)",
                        {"task": key.task, "turn": key.turn, "fp": key.fingerprint})
 
     def refund(self, task: str, cost: float) -> None:
@@ -302,14 +445,19 @@ class SQLiteStore:
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
+        self._put_ledger_many([entry])
+
+    def _put_ledger_many(self, entries: list[LedgerEntry]) -> None:
+        """Upsert entries in one transaction (recovery after an outage, benchmarks)."""
+        now = time.time()
         with self._write() as db:
-            db.execute(
+            db.executemany(
                 "INSERT INTO ledger (task, call_id, at, data, updated, idem) "
                 "VALUES (:task, :call_id, :at, :data, :now, :idem) "
                 "ON CONFLICT (task, call_id) DO UPDATE SET at = excluded.at, "
                 "data = excluded.data, updated = excluded.updated",
-                {"task": entry.task, "call_id": entry.call_id, "at": entry.at,
-                 "data": entry.to_json(), "now": time.time(), "idem": entry.idempotency_key},
+                [{"task": e.task, "call_id": e.call_id, "at": e.at, "data": e.to_json(),
+                  "now": now, "idem": e.idempotency_key} for e in entries],
             )
 
     def ledger(self, task: str) -> list[LedgerEntry]:
@@ -354,7 +502,11 @@ class SQLiteStore:
         return [Incident.from_dict(json.loads(row[0])) for row in rows]
 
     def close(self) -> None:
-        """Close every thread's connection; later calls raise (the guard then degrades)."""
+        """Write the deferred settles, then close every thread's connection; later calls
+        raise (the guard then degrades)."""
+        self._unsettled.close()
+        with suppress(sqlite3.Error):
+            self.flush()
         with self._lock:
             self._closed = True
             connections, self._connections = self._connections, []
@@ -364,3 +516,12 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+
+def _settle_rows(db: sqlite3.Connection, rows: list[int]) -> None:
+    """Delete reservations by row id (inside the caller's transaction)."""
+    for start in range(0, len(rows), 500):
+        chunk = rows[start:start + 500]
+        names = {f"r{i}": row for i, row in enumerate(chunk)}
+        db.execute(f"DELETE FROM pending WHERE id IN ({', '.join(':' + n for n in names)})",
+                   names)
