@@ -340,7 +340,7 @@ def test_a_str_subclass_is_never_answered_from_memory() -> None:
 def test_value_and_hidden_values_keep_their_answers_on_nested_arguments() -> None:
     """Flat members are handled inline, nested ones recursively, with the same results."""
     redactor = Redactor(scan_env=False)
-    args: dict[str, Any] = {"q": "x", "n": 1, "ok": True, "none": None, "password": "pw-1234",
+    args: dict[Any, Any] = {"q": "x", "n": 1, "ok": True, "none": None, "password": "pw-1234",
                             "pin": 1234, "tags": ["a", {"apiKey": ["k-1234", 5]}],
                             "nested": {"token": {"deep": "d-5678"}}, 3: "int key"}
     assert redactor.value(args) == {
