@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -231,3 +233,37 @@ def test_a_cyclic_record_is_still_written_as_json_errors_do(tmp_path: Path) -> N
     sink.write({"type": "incident", "detail": {"n": object()}})  # default=str
     sink.close()
     assert "object object" in (tmp_path / "t.jsonl").read_text()
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                  max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tool=st.text(), code=st.none() | st.text(), args=_values, turn=st.integers(),
+       duration=st.floats(), shadow=st.dictionaries(st.text(max_size=5), _values, max_size=2),
+       ok=st.booleans())
+def test_the_written_line_is_exactly_json_dumps_of_the_record(
+        tool: str, code: str | None, args: object, turn: int, duration: float,
+        shadow: dict[str, object], ok: bool) -> None:
+    """to_jsonl() writes what json.dumps(to_dict(), ensure_ascii=False, default=str) would."""
+    from toolfault._trace import CallEvent
+
+    event = _event(tool=tool, code=code, args=args, turn=turn, duration_s=duration,
+                   shadow=shadow, ok=ok, at=duration)
+    assert isinstance(event, CallEvent)
+    expected = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+    assert event.to_jsonl() == expected
+
+
+def test_odd_values_in_a_line_are_written_as_json_would() -> None:
+    """Objects JSON has no form for become their str, as json.dumps(default=str) does."""
+    from toolfault._trace import CallEvent
+
+    event = _event(args={"when": object, "n": float("nan")}, turn=True, code=b"x")
+    assert isinstance(event, CallEvent)
+    assert event.to_jsonl() == json.dumps(event.to_dict(), ensure_ascii=False, default=str)

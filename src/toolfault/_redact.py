@@ -376,19 +376,26 @@ class Redactor:
         """:meth:`value` of a mapping, with its scalar members handled inline (the common
         case: a tool's flat arguments) instead of one recursive call each."""
         secrets = self.secrets
+        clean = self._clean  # exact strs only below; one set for the whole mapping
         out: dict[str, Any] = {}
         for k, v in value.items():
-            name = k if type(k) is str else str(k)
+            if type(k) is str:
+                name, shown = k, (k if k in clean else secrets(k))
+            else:  # str() may return a subclass: never answered from memory
+                name = str(k)
+                shown = secrets(name)
             kind = type(v)
             if kind is str:
-                out[secrets(name)] = REDACTED if secret or _is_secret_key(name) \
-                    else secrets(v)
+                if secret or _is_secret_key(name):
+                    out[shown] = REDACTED
+                else:
+                    out[shown] = v if v in clean else secrets(v)
             elif v is None or kind is bool:
-                out[secrets(name)] = v
+                out[shown] = v
             elif kind is int or kind is float:
-                out[secrets(name)] = REDACTED if secret or _is_secret_key(name) else v
+                out[shown] = REDACTED if secret or _is_secret_key(name) else v
             else:
-                out[secrets(name)] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
+                out[shown] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
         return out
 
     def hidden_values(self, value: Any, *, key: str | None = None, _depth: int = 0) -> set[str]:

@@ -126,6 +126,25 @@ class CallEvent:
         }
 
 
+    def to_jsonl(self) -> str:
+        """``json.dumps(self.to_dict(), ensure_ascii=False, default=str)``, written straight
+        from the fields: the trace's hot path, with no intermediate dict."""
+        shadow = self._shadow
+        return (
+            f'{{"tool": {_json(self._tool)}, "call_id": {_json(self._call_id)}, '
+            f'"task": {_json(self._task)}, "turn": {_json(self._turn)}, '
+            f'"fingerprint": {_json(self.fingerprint)}, "ok": {_json(self._ok)}, '
+            f'"code": {_json(self._code)}, "outcome": {_json(self._outcome.value)}, '
+            f'"terminal": {_json(self._terminal)}, "blocked": {_json(self._blocked)}, '
+            f'"attempts": {_json(self._attempts)}, "dispatched": {_json(self._dispatched)}, '
+            f'"error_tokens": {_json(self._error_tokens)}, "mode": {_json(self._mode)}, '
+            f'"args": {_json(self.args)}, "side_effect": {_json(self._side_effect)}, '
+            f'"duration_s": {_json(self._duration_s)}, '
+            f'"shadow": {_json(dict(shadow)) if shadow else "{}"}, '
+            f'"at": {_json(self._at)}, "type": "call"}}'
+        )
+
+
 class CallObserver(Protocol):
     """A hook called after every guarded call (keep it fast; exceptions are swallowed)."""
 
@@ -137,11 +156,31 @@ _encode_line = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_
                                 default=str)
 
 
-def _dumps(record: dict[str, Any]) -> str:
+def _dumps(record: Any) -> str:
     try:
         return _encode_line(record)
     except RecursionError:  # a cycle (the prebuilt encoder keeps no markers): json says so
         return json.dumps(record, ensure_ascii=False, default=str)
+
+
+_quote = json.encoder.encode_basestring  # the C escaper json.dumps(ensure_ascii=False) uses
+_INFINITE = (float("inf"), float("-inf"))
+
+
+def _json(value: Any) -> str:
+    """One value as ``json.dumps(value, ensure_ascii=False, default=str)`` writes it."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and value == value and value not in _INFINITE:
+        return float.__repr__(value)
+    return _dumps(value)
 
 
 class JsonlSink:
@@ -177,7 +216,7 @@ class JsonlSink:
         self._line(_dumps(record), now=record.get("type") != "call")
 
     def __call__(self, event: CallEvent) -> None:
-        self._line(_dumps(event.to_dict()), now=False)
+        self._line(event.to_jsonl(), now=False)
 
     def _line(self, line: str, *, now: bool) -> None:
         if self._redact is not None:
