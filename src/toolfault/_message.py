@@ -27,36 +27,44 @@ _INFINITIES = (float("inf"), float("-inf"))
 _encode_echo = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
 
 
-def _shrink(value: Any, depth: int = 0) -> Any:
+def _as_is(value: Any) -> bool:
+    """A scalar ``_shrink`` would return unchanged (decided without a call per member)."""
     kind = type(value)
-    if kind is int or kind is bool or value is None:  # the common scalars, decided first
-        return value
-    if kind is float and value == value and value not in _INFINITIES:
+    return kind is int or kind is bool or value is None or (
+        kind is str and len(value) <= MAX_STRING)
+
+
+def _shrink(value: Any, depth: int = 0) -> Any:
+    if _as_is(value):
         return value
     if isinstance(value, str):
         if len(value) > MAX_STRING:
             return f"{value[:MAX_STRING - 20]}…(+{len(value) - (MAX_STRING - 20)} chars)"
         return value
-    if isinstance(value, float) and value != value:  # NaN: keep it visible, not JSON-invalid
-        return "NaN"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, Mapping):
+    if isinstance(value, float):
+        if value != value:  # NaN: keep it visible, not JSON-invalid
+            return "NaN"
+        if value in _INFINITIES:
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if type(value) is dict or isinstance(value, Mapping):
         if depth >= MAX_DEPTH:
             return "{…}"
-        items = list(value.items())
-        out = {str(k): _shrink(v, depth + 1) for k, v in items[:MAX_ITEMS]}
-        if len(items) > MAX_ITEMS:
-            out["…"] = f"+{len(items) - MAX_ITEMS} more keys"
+        out: dict[str, Any] = {}
+        for i, (k, v) in enumerate(value.items()):
+            if i == MAX_ITEMS:
+                out["…"] = f"+{len(value) - MAX_ITEMS} more keys"
+                break
+            out[k if type(k) is str else str(k)] = v if _as_is(v) else _shrink(v, depth + 1)
         return out
     if isinstance(value, (list, tuple)):
         if depth >= MAX_DEPTH:
             return ["…"]
-        shown = [_shrink(v, depth + 1) for v in value[:MAX_ITEMS]]
+        shown = [v if _as_is(v) else _shrink(v, depth + 1) for v in value[:MAX_ITEMS]]
         if len(value) > MAX_ITEMS:
             shown.append(f"…(+{len(value) - MAX_ITEMS} items)")
         return shown
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int)):
         return value
     return repr(value)[:MAX_STRING]
 
