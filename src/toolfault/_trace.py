@@ -336,14 +336,15 @@ def record_tool_span(event: CallEvent, *, content: str | None = None,
     otel = sys.modules.get(_OTEL)
     if otel is None:
         return
+    tool, ok = event._tool, event._ok  # slots, not properties: this runs on every call
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": event.tool,
-        "gen_ai.tool.call.id": event.call_id,
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": event._call_id,
         "gen_ai.tool.type": "function",
         "toolfault.fingerprint": event.fingerprint,
-        "toolfault.attempts": event.attempts,
-        "toolfault.mode": event.mode,
+        "toolfault.attempts": event._attempts,
+        "toolfault.mode": event._mode,
     }
     if budget:
         for key, value in budget.items():
@@ -352,17 +353,19 @@ def record_tool_span(event: CallEvent, *, content: str | None = None,
         attributes["gen_ai.tool.call.arguments"] = content
     if result is not None:
         attributes["gen_ai.tool.call.result"] = result
-    if not event.ok:
-        attributes["error.type"] = attributes["toolfault.code"] = event.code or "tool_error"
-        attributes["toolfault.outcome"] = event.outcome.value
-        attributes["toolfault.terminal"] = event.terminal
-        attributes["toolfault.blocked"] = event.blocked
-    end = int(event.at * 1e9) if event.at else None
-    start = end - int(event.duration_s * 1e9) if end is not None else None
-    span = _tracer(otel).start_span(f"execute_tool {event.tool}", attributes=attributes,
+    if not ok:
+        code = event._code or "tool_error"
+        attributes["error.type"] = attributes["toolfault.code"] = code
+        attributes["toolfault.outcome"] = event._outcome.value
+        attributes["toolfault.terminal"] = event._terminal
+        attributes["toolfault.blocked"] = event._blocked
+    at = event._at
+    end = int(at * 1e9) if at else None
+    start = end - int(event._duration_s * 1e9) if end is not None else None
+    span = _tracer(otel).start_span(f"execute_tool {tool}", attributes=attributes,
                                     start_time=start)
-    if not event.ok:
-        span.set_status(otel.Status(otel.StatusCode.ERROR, event.code or "tool_error"))
+    if not ok:
+        span.set_status(otel.Status(otel.StatusCode.ERROR, code))
     span.end(end_time=end)
 
 
