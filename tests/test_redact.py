@@ -263,3 +263,88 @@ def test_trace_and_spans_carry_no_secret_in_any_form() -> None:
     guard = Guard(secrets=[SECRET], scan_env_secrets=False, trace=out, capture_content=True)
     guard.call(f"x_{SECRET.upper()}", {"note": SECRET.lower()})
     assert SECRET.lower() not in out.getvalue().lower()
+
+
+# -- the fast paths are exact: same answers as the full passes -------------------------------
+
+def _full_prose(redactor: Redactor, text: str) -> str:
+    """prose() without its literal gates: every internal pattern, always."""
+    from toolfault._redact import INTERNAL_PATTERNS
+
+    text = redactor.secrets(text)
+    for pattern, word in INTERNAL_PATTERNS:
+        text = pattern.sub(word, text)
+    return text
+
+
+_FRAGMENTS = st.sampled_from([
+    "select * from users", "SELECT id FROM t", "ſelect * from t", "ınsert into t", "UPDATE x SET",
+    "http://a.b/c", "db1.internal", "10.1.2.3:5432", "fe80::1", "C:\\temp\\x", "~/notes",
+    "/srv/app/db", "a/b/c", "api.example.com", "v1.2", "Kelvin", "max_price", ". ", ":", "/",
+    " ", "0", "token=abc", "Bearer abcdefgh", "é", "\n",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(_FRAGMENTS, max_size=8))
+def test_prose_gates_never_skip_a_pattern_that_would_match(parts: list[str]) -> None:
+    """The literal gates in prose() are conservative: the output equals the ungated pass."""
+    redactor = Redactor(scan_env=False)
+    text = "".join(parts)
+    assert redactor.prose(text) == _full_prose(redactor, text)
+
+
+def test_shortest_shape_is_the_patterns_true_minimum() -> None:
+    """No credential shape can match fewer characters than the length skipped as clean."""
+    import re
+
+    from toolfault._redact import SECRET_PATTERNS, SHORTEST_SHAPE
+
+    widths = [re._parser.parse(p.pattern, p.flags).getwidth()[0]  # type: ignore[attr-defined]
+              for p in SECRET_PATTERNS]
+    assert min(widths) == SHORTEST_SHAPE
+
+
+def test_a_short_registered_secret_is_still_found() -> None:
+    """A registered 4-character secret lowers the clean-length floor below the shapes'."""
+    redactor = Redactor(["ab12"], scan_env=False)
+    assert redactor.secrets("ab12") == "[REDACTED]"
+    assert redactor.secrets("AB12") == "[REDACTED]"
+
+
+def test_remembered_clean_strings_are_forgotten_when_a_secret_is_added() -> None:
+    """A string found clean, then registered as a secret, is redacted from then on."""
+    redactor = Redactor(scan_env=False)
+    assert redactor.secrets("hunter22-pw") == "hunter22-pw"
+    assert redactor.value({"note": "hunter22-pw"}) == {"note": "hunter22-pw"}
+    redactor.add("hunter22-pw")
+    assert redactor.secrets("hunter22-pw") == "[REDACTED]"
+    assert redactor.value({"note": "hunter22-pw"}) == {"note": "[REDACTED]"}
+
+
+def test_a_str_subclass_is_never_answered_from_memory() -> None:
+    """A str subclass that claims equality with a clean string is still scanned."""
+
+    class Liar(str):
+        def __hash__(self) -> int:
+            return hash("harmless text")
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    redactor = Redactor(["s3cr3t-Value"], scan_env=False)
+    assert redactor.secrets("harmless text") == "harmless text"
+    assert "s3cr3t" not in redactor.secrets(Liar("s3cr3t-Value"))
+
+
+def test_value_and_hidden_values_keep_their_answers_on_nested_arguments() -> None:
+    """Flat members are handled inline, nested ones recursively, with the same results."""
+    redactor = Redactor(scan_env=False)
+    args: dict[Any, Any] = {"q": "x", "n": 1, "ok": True, "none": None, "password": "pw-1234",
+                            "pin": 1234, "tags": ["a", {"apiKey": ["k-1234", 5]}],
+                            "nested": {"token": {"deep": "d-5678"}}, 3: "int key"}
+    assert redactor.value(args) == {
+        "q": "x", "n": 1, "ok": True, "none": None, "password": "[REDACTED]",
+        "pin": "[REDACTED]", "tags": ["a", {"apiKey": ["[REDACTED]", "[REDACTED]"]}],
+        "nested": {"token": {"deep": "[REDACTED]"}}, "3": "int key"}
+    assert redactor.hidden_values(args) == {"pw-1234", "1234", "k-1234", "d-5678"}

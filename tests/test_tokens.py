@@ -103,3 +103,49 @@ def test_the_estimate_never_undercounts_any_script() -> None:
     for text in ("🙂" * 20, "中文測試資料" * 5, "é" * 20, "привет мир " * 5, "𝔘𝔫𝔦" * 7,
                  "ሀሁሂ" * 7, "한국어 텍스트" * 4, "مرحبا بالعالم" * 3, "١٢٣٤٥٦" * 4):
         assert estimate_tokens(text) >= exact(text), text
+
+
+def test_a_guard_counts_one_message_once() -> None:
+    """The resolved counter remembers its last answer: the same text is tokenized once."""
+    from toolfault._tokens import Remembering
+
+    seen: list[str] = []
+
+    def counting(text: str) -> int:
+        seen.append(text)
+        return len(text.split())
+
+    counter = Remembering(counting, "words")
+    seen.clear()
+    message = "search_flights failed (code: invalid_argument)."
+    assert counter(message) == counter(message) == counter(str(message)) == 4
+    assert counter("two words") == 2
+    assert seen == [message, "two words"]
+    assert counter.__name__ == "words"
+
+
+def test_resolved_counters_remember_and_keep_their_names() -> None:
+    """'estimate' and 'auto' give remembering counters that reports still name correctly."""
+    from toolfault._tokens import resolve_tokenizer, tokenizer_name
+
+    estimate = resolve_tokenizer("estimate")
+    assert tokenizer_name(estimate) == "estimate"
+    assert estimate("a b c") == estimate_tokens("a b c")
+    auto = resolve_tokenizer("auto")
+    assert tokenizer_name(auto) == "cl100k_base"
+    assert auto("search_flights failed (code: invalid_argument).") == 10
+
+
+def test_fit_and_count_reports_the_tokens_of_the_text_it_returns() -> None:
+    """The count handed on is that of the final (possibly cut) message, so no recount."""
+    from toolfault._errors import Outcome
+    from toolfault._message import fit_and_count, render_error
+
+    rendered = render_error(tool="t", code="invalid_argument", reason="word " * 80,
+                            args_text="{}", outcome=Outcome.NO_EFFECT, retryable=False,
+                            retry_after=None, next_action="change q")
+    for budget in (1_000, 60):
+        text, problem, tokens = fit_and_count(rendered.text, rendered.problem, budget,
+                                              estimate_tokens)
+        assert tokens == estimate_tokens(text) and tokens <= budget
+        assert problem["detail"].rstrip(".") in text

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -107,3 +109,161 @@ def test_jsonl_trace_is_redacted_and_has_incidents(tmp_path: Path) -> None:
     for key in ("tool", "fingerprint", "code", "outcome", "terminal", "blocked", "attempts",
                 "error_tokens", "turn", "task", "mode"):
         assert key in call
+
+
+def test_a_span_covers_the_call_and_a_success_carries_no_failure_fields(
+        exporter: InMemorySpanExporter) -> None:
+    """The span is back-dated to the call's start; terminal/blocked/outcome are failure-only."""
+    import time
+
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def slow(n: int) -> int:
+        time.sleep(0.02)
+        return n
+
+    guard.call("slow", {"n": 1})
+    (span,) = exporter.get_finished_spans()
+    assert span.start_time is not None and span.end_time is not None
+    assert span.end_time - span.start_time >= 15_000_000  # ns: the 20 ms the tool slept
+    assert span.attributes is not None
+    assert span.attributes["toolfault.attempts"] == 1
+    assert len(str(span.attributes["toolfault.fingerprint"])) == 64
+    for failure_only in ("toolfault.terminal", "toolfault.blocked", "toolfault.outcome",
+                         "error.type"):
+        assert failure_only not in span.attributes
+
+
+def _event(**overrides: object) -> object:
+    from toolfault._errors import Outcome
+    from toolfault._trace import CallEvent
+
+    fields: dict[str, object] = {
+        "tool": "t", "call_id": "c", "task": "default", "turn": 1, "fingerprint": "f" * 64,
+        "ok": True, "code": None, "outcome": Outcome.NO_EFFECT, "terminal": False,
+        "blocked": False, "attempts": 1, "dispatched": True, "error_tokens": 0,
+        "mode": "enforce", "args": {"q": "x"}}
+    fields.update(overrides)
+    return CallEvent(**fields)  # type: ignore[arg-type]
+
+
+def test_call_lines_keep_their_field_order_and_values() -> None:
+    """A call line has every field, in the documented order, with 'type' last."""
+    from toolfault._trace import _FIELDS, CallEvent
+
+    event = _event(shadow={"would_say": "x"})
+    assert isinstance(event, CallEvent)
+    record = event.to_dict()
+    assert list(record) == [*_FIELDS, "type"]
+    assert record["outcome"] == "none" and record["type"] == "call"
+    assert record["args"] == {"q": "x"} and record["shadow"] == {"would_say": "x"}
+
+
+def test_call_lines_are_buffered_and_flushed_within_the_interval(tmp_path: Path) -> None:
+    """A call line reaches the file within flush_interval, even if no further call comes."""
+    import time
+
+    from toolfault._trace import JsonlSink
+
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, flush_interval=0.05)
+    sink(_event())  # type: ignore[arg-type]
+    assert path.read_text() == ""  # buffered, not yet written
+    deadline = time.monotonic() + 5
+    while not path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert json.loads(path.read_text())["tool"] == "t"
+    sink.close()
+
+
+def test_incidents_flush_at_once_and_close_flushes_the_rest(tmp_path: Path) -> None:
+    """An incident line flushes with what came before it; close() writes the remainder."""
+    from toolfault._trace import JsonlSink
+
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, flush_interval=60)
+    sink(_event(tool="a"))  # type: ignore[arg-type]
+    sink.write({"type": "incident", "kind": "retry_cap"})
+    assert [json.loads(x)["type"] for x in path.read_text().splitlines()] == ["call", "incident"]
+    sink(_event(tool="b"))  # type: ignore[arg-type]
+    sink.close()
+    sink(_event(tool="after close"))  # type: ignore[arg-type]
+    assert [json.loads(x).get("tool") for x in path.read_text().splitlines()] == \
+        ["a", None, "b"]
+
+
+def test_every_line_is_flushed_with_a_zero_interval(tmp_path: Path) -> None:
+    """flush_interval=0 writes each line through, as a log being tailed wants."""
+    from toolfault._trace import JsonlSink
+
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, flush_interval=0)
+    sink(_event())  # type: ignore[arg-type]
+    assert path.read_text().count("\n") == 1
+    sink.close()
+
+
+def test_buffered_lines_are_flushed_at_interpreter_exit(tmp_path: Path) -> None:
+    """A process that never closes its guard still leaves every line in the trace."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.jsonl"
+    code = (
+        "import toolfault\n"
+        f"g = toolfault.Guard(scan_env_secrets=False, trace={str(path)!r})\n"
+        "g.tool(lambda n: n, name='f')\n"
+        "for i in range(3):\n"
+        "    g.new_turn(); g.call('f', {'n': i})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert len(path.read_text().splitlines()) == 3
+
+
+def test_a_cyclic_record_is_still_written_as_json_errors_do(tmp_path: Path) -> None:
+    """A record the fast encoder cannot take falls back to json's own behaviour."""
+    from toolfault._trace import JsonlSink
+
+    sink = JsonlSink(tmp_path / "t.jsonl")
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError, match="Circular"):
+        sink.write({"type": "incident", "detail": loop})
+    sink.write({"type": "incident", "detail": {"n": object()}})  # default=str
+    sink.close()
+    assert "object object" in (tmp_path / "t.jsonl").read_text()
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                  max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tool=st.text(), code=st.none() | st.text(), args=_values, turn=st.integers(),
+       duration=st.floats(), shadow=st.dictionaries(st.text(max_size=5), _values, max_size=2),
+       ok=st.booleans())
+def test_the_written_line_is_exactly_json_dumps_of_the_record(
+        tool: str, code: str | None, args: object, turn: int, duration: float,
+        shadow: dict[str, object], ok: bool) -> None:
+    """to_jsonl() writes what json.dumps(to_dict(), ensure_ascii=False, default=str) would."""
+    from toolfault._trace import CallEvent
+
+    event = _event(tool=tool, code=code, args=args, turn=turn, duration_s=duration,
+                   shadow=shadow, ok=ok, at=duration)
+    assert isinstance(event, CallEvent)
+    expected = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+    assert event.to_jsonl() == expected
+
+
+def test_odd_values_in_a_line_are_written_as_json_would() -> None:
+    """Objects JSON has no form for become their str, as json.dumps(default=str) does."""
+    from toolfault._trace import CallEvent
+
+    event = _event(args={"when": object, "n": float("nan")}, turn=True, code=b"x")
+    assert isinstance(event, CallEvent)
+    assert event.to_jsonl() == json.dumps(event.to_dict(), ensure_ascii=False, default=str)

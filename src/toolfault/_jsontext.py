@@ -15,17 +15,18 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def prebuilt_encoder(*, sort_keys: bool, separators: tuple[str, str], allow_nan: bool
-                     ) -> Callable[[Any], str]:
+def prebuilt_encoder(*, sort_keys: bool, separators: tuple[str, str], allow_nan: bool,
+                     default: Callable[[Any], Any] = _not_json) -> Callable[[Any], str]:
     """An ``ensure_ascii=False`` encoder; no cycle markers (they would be shared across
-    threads), so a cycle raises ``RecursionError`` and callers take their slow path."""
+    threads), so a cycle raises ``RecursionError`` and callers take their slow path.
+    ``default`` is ``json.dumps``'s: what to make of a value JSON has no form for."""
     fallback = json.JSONEncoder(sort_keys=sort_keys, separators=separators, ensure_ascii=False,
-                                allow_nan=allow_nan)
+                                allow_nan=allow_nan, default=default)
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython without the _json accelerator
         return fallback.encode
     item_sep, key_sep = separators
-    c_encode = make(None, _not_json, json.encoder.encode_basestring, None, key_sep, item_sep,
+    c_encode = make(None, default, json.encoder.encode_basestring, None, key_sep, item_sep,
                     sort_keys, False, allow_nan)
 
     def encode(value: Any) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolfault._errors import Outcome
+from toolfault._jsontext import prebuilt_encoder
 
 #: Display limits for echoed arguments: long values are shortened, never the message budget.
 MAX_STRING = 64
@@ -21,32 +22,49 @@ MAX_ARGS_CHARS = 300
 
 EFFECT_WORD = {Outcome.NO_EFFECT: "none", Outcome.UNKNOWN: "unknown", Outcome.APPLIED: "applied"}
 
+_INFINITIES = (float("inf"), float("-inf"))
+#: ``json.dumps(value, ensure_ascii=False)`` without building an encoder per message.
+_encode_echo = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
+
+
+def _as_is(value: Any) -> bool:
+    """A scalar ``_shrink`` would return unchanged (decided without a call per member)."""
+    kind = type(value)
+    return kind is int or kind is bool or value is None or (
+        kind is str and len(value) <= MAX_STRING)
+
 
 def _shrink(value: Any, depth: int = 0) -> Any:
+    if _as_is(value):
+        return value
     if isinstance(value, str):
         if len(value) > MAX_STRING:
             return f"{value[:MAX_STRING - 20]}…(+{len(value) - (MAX_STRING - 20)} chars)"
         return value
-    if isinstance(value, float) and value != value:  # NaN: keep it visible, not JSON-invalid
-        return "NaN"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, Mapping):
+    if isinstance(value, float):
+        if value != value:  # NaN: keep it visible, not JSON-invalid
+            return "NaN"
+        if value in _INFINITIES:
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if type(value) is dict or isinstance(value, Mapping):
         if depth >= MAX_DEPTH:
             return "{…}"
-        items = list(value.items())
-        out = {str(k): _shrink(v, depth + 1) for k, v in items[:MAX_ITEMS]}
-        if len(items) > MAX_ITEMS:
-            out["…"] = f"+{len(items) - MAX_ITEMS} more keys"
+        out: dict[str, Any] = {}
+        for i, (k, v) in enumerate(value.items()):
+            if i == MAX_ITEMS:
+                out["…"] = f"+{len(value) - MAX_ITEMS} more keys"
+                break
+            out[k if type(k) is str else str(k)] = v if _as_is(v) else _shrink(v, depth + 1)
         return out
     if isinstance(value, (list, tuple)):
         if depth >= MAX_DEPTH:
             return ["…"]
-        shown = [_shrink(v, depth + 1) for v in value[:MAX_ITEMS]]
+        shown = [v if _as_is(v) else _shrink(v, depth + 1) for v in value[:MAX_ITEMS]]
         if len(value) > MAX_ITEMS:
             shown.append(f"…(+{len(value) - MAX_ITEMS} items)")
         return shown
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int)):
         return value
     return repr(value)[:MAX_STRING]
 
@@ -54,7 +72,7 @@ def _shrink(value: Any, depth: int = 0) -> Any:
 def echo_args(args: Any, *, max_chars: int = MAX_ARGS_CHARS) -> str:
     """Arguments as the model sent them (key order kept), shortened to fit the budget."""
     try:
-        text = json.dumps(_shrink(args), ensure_ascii=False)
+        text = _encode_echo(_shrink(args))
     except (TypeError, ValueError, RecursionError):
         text = json.dumps(repr(args)[:max_chars])
     if len(text) > max_chars:
@@ -116,26 +134,26 @@ def render_error(
     """The four-part message (code, reason, rejected arguments, effect + verdict, next action)."""
     said = verdict(outcome, retryable, retry_after)
     # Never an empty part: the shape is the contract even when a tool said nothing.
-    reason = reason if sentence(reason) else f"{tool} failed"
-    next_action = next_action if sentence(next_action) else \
-        "stop and report this failure to the user"
+    reason = sentence(reason) or sentence(f"{tool} failed")
+    next_action = sentence(next_action) or "stop and report this failure to the user."
+    effect = EFFECT_WORD[outcome]
     text = (
         f"{tool} failed (code: {code}).\n"
-        f"Reason: {sentence(reason)}\n"
+        f"Reason: {reason}\n"
         f"Rejected arguments: {args_text or '{}'}.\n"
-        f"Effect: {EFFECT_WORD[outcome]}. {said}\n"
-        f"Next action: {sentence(next_action)}"
+        f"Effect: {effect}. {said}\n"
+        f"Next action: {next_action}"
     )
     problem: dict[str, Any] = {
         "type": f"urn:toolfault:error:{code}",
         "title": title or code.replace("_", " "),
-        "detail": sentence(reason),
+        "detail": reason,
         "code": code,
         "tool": tool,
         "rejected_arguments": args_text,
-        "effect": EFFECT_WORD[outcome],
+        "effect": effect,
         "retryable": retryable,
-        "next_action": sentence(next_action),
+        "next_action": next_action,
     }
     if failure_class:
         problem["failure_class"] = failure_class
@@ -219,8 +237,23 @@ def fit_to_budget(text: str, problem: dict[str, Any], budget: int,
     The rejected arguments go first, then the reason, then the next action; each cut line
     ends in an ellipsis and a full stop, and the structured twin carries the same words.
     """
-    if count(text) <= budget:
-        return text, problem
+    text, problem, _ = fit_and_count(text, problem, budget, count)
+    return text, problem
+
+
+def fit_and_count(text: str, problem: dict[str, Any], budget: int,
+                  count: Callable[[str], int]) -> tuple[str, dict[str, Any], int]:
+    """:func:`fit_to_budget`, also returning the message's tokens (the figure a trace
+    reports as the error's cost), so the same text is not counted again downstream."""
+    tokens = count(text)
+    if tokens <= budget:
+        return text, problem, tokens
+    text, problem = _cut(text, problem, budget, count)
+    return text, problem, count(text)
+
+
+def _cut(text: str, problem: dict[str, Any], budget: int,
+         count: Callable[[str], int]) -> tuple[str, dict[str, Any]]:
     lines = text.split("\n")
     problem = dict(problem)
     for label, field in _CUTTABLE:

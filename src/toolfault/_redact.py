@@ -49,6 +49,15 @@ SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
 # One pass for all shapes, behind a cheap literal gate (_may_hold_secret).
 _ANY_SECRET = re.compile("|".join(f"(?:{p.pattern})" for p in SECRET_PATTERNS))
 
+#: No shape in SECRET_PATTERNS matches fewer characters than this (``token=x``); a test
+#: checks it against the patterns' parsed minimum widths.
+SHORTEST_SHAPE = 7
+
+#: Clean strings up to this length are remembered per redactor (at most _CLEAN_ENTRIES of
+#: them): argument names, enum values and catalog words recur on every call.
+_CLEAN_LEN = 128
+_CLEAN_ENTRIES = 4096
+
 
 def _may_hold_secret(text: str) -> bool:
     """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
@@ -93,6 +102,27 @@ INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"\b[A-Za-z]:\\(?:[\w.\- ]++\\)*+[\w.\- ]*+"), "[path]"),
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "[address]"),
 )
+
+#: For each INTERNAL_PATTERNS entry, literals one of which every match contains, so a text
+#: holding none of them skips that pattern.  ``None``: the case-insensitive SQL shape, gated on
+#: the lower-cased text (ASCII only; under re.I "ſ", "ı", "İ" and the Kelvin sign match ASCII
+#: letters, so non-ASCII text always runs it).
+_GATES: tuple[str | tuple[str, ...] | None, ...] = (
+    "://",
+    ("FROM", "INTO", "SET", "TABLE", "WHERE", "VALUES", "JOIN"),
+    None,
+    ":",
+    ":",
+    "~/",
+    "/",
+    ".",
+    "/",
+    ":\\",
+    ".",
+)
+_SQL_VERBS = ("select", "insert", "delete", "update")
+
+_GATED = tuple(zip(INTERNAL_PATTERNS, _GATES, strict=True))
 
 _SECRET_WORDS = frozenset({
     "password", "passwd", "passphrase", "pass", "pwd", "secret", "secrets", "token", "apikey",
@@ -180,11 +210,16 @@ def secret_forms(secret: str) -> set[str]:
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("__weakref__", "_forms", "_secrets")
+    __slots__ = ("__weakref__", "_clean", "_forms", "_secrets", "_shortest")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
         self._secrets: set[str] = set()
         self._forms: tuple[str, ...] = ()
+        #: Below this length no registered form and no shape can occur.
+        self._shortest = SHORTEST_SHAPE
+        #: Short strings already found clean under the current forms (replaced, never
+        #: mutated, by :meth:`add`, so a check racing an ``add`` fills a set no one reads).
+        self._clean: set[str] = set()
         values = list(secrets)
         if scan_env:
             values.extend(
@@ -207,6 +242,9 @@ class Redactor:
                     forms.add(skeleton)
         # Longest first, so a longer form is replaced before a shorter one inside it.
         self._forms = tuple(sorted(forms, key=len, reverse=True))
+        self._shortest = min(SHORTEST_SHAPE, len(self._forms[-1])) if self._forms \
+            else SHORTEST_SHAPE
+        self._clean = set()  # after the forms: whoever sees the new set sees the new forms
 
     def _registered(self, text: str) -> str:
         """Replace registered secrets in any of their forms (see :func:`secret_forms`)."""
@@ -251,10 +289,26 @@ class Redactor:
         return "".join(out)
 
     def secrets(self, text: str) -> str:
-        """Replace secret values (in every form) and credential shapes in ``text``."""
-        if self._forms:
-            text = self._registered(text)
-        return _ANY_SECRET.sub(REDACTED, text) if _may_hold_secret(text) else text
+        """Replace secret values (in every form) and credential shapes in ``text``.
+
+        Cheap on the strings a call is made of: one shorter than every registered form and
+        every shape cannot hold either, and a short string found clean once is remembered
+        (exactly: the memory is dropped whenever a secret is added).
+        """
+        if len(text) < self._shortest:
+            return text
+        clean = self._clean
+        exact = type(text) is str  # a str subclass may redefine equality: never remembered
+        if exact and text in clean:
+            return text
+        out = self._registered(text) if self._forms else text
+        if _may_hold_secret(out):
+            out = _ANY_SECRET.sub(REDACTED, out)
+        if exact and len(text) <= _CLEAN_LEN and out == text:
+            if len(clean) >= _CLEAN_ENTRIES:
+                clean.clear()
+            clean.add(text)
+        return out
 
     def prose(self, text: str, *, allow: Iterable[str] = ()) -> str:
         """Redact secrets, then paths, URLs, hosts, addresses and SQL: for reasons.
@@ -266,7 +320,15 @@ class Redactor:
         kept = sorted((a for a in allow if len(a) >= 2 and a in text), key=len, reverse=True)
         for i, original in enumerate(kept):
             text = text.replace(original, f"\x00{i}\x00")
-        for pattern, word in INTERNAL_PATTERNS:
+        for (pattern, word), gate in _GATED:
+            if isinstance(gate, str):
+                if gate not in text:
+                    continue
+            elif gate is None:
+                if text.isascii() and not any(v in text.lower() for v in _SQL_VERBS):
+                    continue
+            elif not any(literal in text for literal in gate):
+                continue
             text = pattern.sub(word, text)
         for i, original in enumerate(kept):
             text = text.replace(f"\x00{i}\x00", self.secrets(original))
@@ -290,14 +352,12 @@ class Redactor:
             return REDACTED if _secret else value
         if _depth > 64:
             return "…"
-        if isinstance(value, Mapping):
-            return {
-                self.secrets(str(k)): self.value(v, key=str(k), _depth=_depth + 1,
-                                                 _secret=_secret)
-                for k, v in value.items()
-            }
+        if kind is dict or isinstance(value, Mapping):
+            return self._mapping(value, _depth, _secret)
         if isinstance(value, (list, tuple)):
-            return [self.value(v, _depth=_depth + 1, _secret=_secret) for v in value]
+            secrets, inner = self.secrets, self.value
+            return [(REDACTED if _secret else secrets(v)) if type(v) is str
+                    else inner(v, _depth=_depth + 1, _secret=_secret) for v in value]
         if _secret:
             return REDACTED
         if isinstance(value, str):
@@ -312,21 +372,56 @@ class Redactor:
             shown = f"<{type(value).__name__}>"
         return self.secrets(shown[:2_000])
 
+    def _mapping(self, value: Mapping[Any, Any], depth: int, secret: bool) -> dict[str, Any]:
+        """:meth:`value` of a mapping, with its scalar members handled inline (the common
+        case: a tool's flat arguments) instead of one recursive call each."""
+        secrets = self.secrets
+        clean = self._clean  # exact strs only below; one set for the whole mapping
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if type(k) is str:
+                name, shown = k, (k if k in clean else secrets(k))
+            else:  # str() may return a subclass: never answered from memory
+                name = str(k)
+                shown = secrets(name)
+            kind = type(v)
+            if kind is str:
+                if secret or _is_secret_key(name):
+                    out[shown] = REDACTED
+                else:
+                    out[shown] = v if v in clean else secrets(v)
+            elif v is None or kind is bool:
+                out[shown] = v
+            elif kind is int or kind is float:
+                out[shown] = REDACTED if secret or _is_secret_key(name) else v
+            else:
+                out[shown] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
+        return out
+
     def hidden_values(self, value: Any, *, key: str | None = None, _depth: int = 0) -> set[str]:
         """Strings under secret-named keys: never to be echoed in prose either."""
         found: set[str] = set()
-        if _depth > 64:
-            return found
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                if _is_secret_key(str(k)):
-                    found |= _leaf_strings(v)
-                else:
-                    found |= self.hidden_values(v, key=str(k), _depth=_depth + 1)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                found |= self.hidden_values(v, _depth=_depth + 1)
+        _hidden_into(value, found, _depth)
         return found
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _hidden_into(value: Any, found: set[str], depth: int) -> None:
+    """Add the strings under secret-named keys in ``value`` to ``found``."""
+    if depth > 64:
+        return
+    if type(value) is dict or isinstance(value, Mapping):
+        for k, v in value.items():
+            if _is_secret_key(k if type(k) is str else str(k)):
+                found |= _leaf_strings(v)
+            elif type(v) not in _SCALARS:
+                _hidden_into(v, found, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if type(v) not in _SCALARS:
+                _hidden_into(v, found, depth + 1)
 
 
 def _leaf_strings(value: Any, depth: int = 0) -> set[str]:

@@ -52,8 +52,44 @@ def estimate_tokens(text: str) -> int:
     return total
 
 
+class Remembering:
+    """A counter that remembers its last answer.
+
+    A guard counts one message several times on its way out (shaped against the budget, sealed,
+    reported as the error's tokens); the exact tokenizer is the dearest step of a failure, so
+    the same text is counted once.  Only the last text (up to 16,000 characters) is kept; the
+    pair is swapped as one tuple, so threads at worst miss, never mix answers.
+    """
+
+    __slots__ = ("__name__", "_count", "_last")
+
+    def __init__(self, count: Callable[[str], int], name: str) -> None:
+        self._count = count
+        self._last: tuple[str, int] = ("", count(""))
+        self.__name__ = name
+
+    def __call__(self, text: str) -> int:
+        last = self._last
+        if last[0] is text or (type(text) is str and last[0] == text):
+            return last[1]
+        tokens = self._count(text)
+        if len(text) <= 16_000:
+            self._last = (text, tokens)
+        return tokens
+
+
+#: The estimate, remembering its last answer (what a guard with ``"estimate"`` uses).
+estimate_remembering = Remembering(estimate_tokens, "estimate_tokens")
+
+
 @lru_cache(maxsize=1)
 def _tiktoken_counter() -> Callable[[str], int] | None:
+    """The exact cl100k_base counter (remembering its last answer), or ``None``."""
+    counter = _exact_counter()
+    return Remembering(counter, "cl100k_base") if counter is not None else None
+
+
+def _exact_counter() -> Callable[[str], int] | None:
     try:
         import warnings
 
@@ -102,9 +138,9 @@ def resolve_tokenizer(tokenizer: Tokenizer) -> Callable[[str], int]:
     if callable(tokenizer):
         return tokenizer
     if tokenizer == "auto":
-        return _tiktoken_counter() or estimate_tokens
+        return _tiktoken_counter() or estimate_remembering
     if tokenizer == "estimate":
-        return estimate_tokens
+        return estimate_remembering
     if tokenizer == "exact":
         counter = _tiktoken_counter()
         if counter is None:
@@ -120,7 +156,7 @@ def resolve_tokenizer(tokenizer: Tokenizer) -> Callable[[str], int]:
 
 def tokenizer_name(counter: Callable[[str], int]) -> str:
     """How reports name a counter: ``estimate``, ``cl100k_base`` or the callable's name."""
-    if counter is estimate_tokens:
+    if counter is estimate_tokens or counter is estimate_remembering:
         return "estimate"
     if counter is _tiktoken_counter():
         return "cl100k_base"

@@ -2,23 +2,32 @@
 
 Spans follow the GenAI semantic conventions for tool execution (``execute_tool {name}``,
 ``gen_ai.tool.name``, ``error.type``) and are only created when an OpenTelemetry tracer
-provider is installed, so an untraced process pays nothing.  Arguments and results go on
-spans only when the user opts in (``capture_content=True``).
+provider is installed, so an untraced process pays nothing: not even the import, since an
+application that installed a provider has imported ``opentelemetry.trace`` itself.  Arguments
+and results go on spans only when the user opts in (``capture_content=True``).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import sys
 import threading
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
-
-from opentelemetry import trace
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from toolfault._errors import Outcome
+from toolfault._jsontext import prebuilt_encoder
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
 
 TRACER_NAME = "toolfault"
+_OTEL = "opentelemetry.trace"
 
 
 _FIELDS = (
@@ -103,11 +112,37 @@ class CallEvent:
         return f"CallEvent(tool={self.tool!r}, ok={self.ok!r}, code={self.code!r})"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in _FIELDS}
-        out["outcome"] = self.outcome.value
-        out["shadow"] = dict(self.shadow)
-        out["type"] = "call"
-        return out
+        """The event as a JSON-ready record (the JSONL trace's ``call`` line), fields in order."""
+        shadow = self._shadow
+        return {
+            "tool": self._tool, "call_id": self._call_id, "task": self._task,
+            "turn": self._turn, "fingerprint": self.fingerprint, "ok": self._ok,
+            "code": self._code, "outcome": self._outcome.value, "terminal": self._terminal,
+            "blocked": self._blocked, "attempts": self._attempts,
+            "dispatched": self._dispatched, "error_tokens": self._error_tokens,
+            "mode": self._mode, "args": self.args, "side_effect": self._side_effect,
+            "duration_s": self._duration_s, "shadow": dict(shadow) if shadow else {},
+            "at": self._at, "type": "call",
+        }
+
+
+    def to_jsonl(self) -> str:
+        """``json.dumps(self.to_dict(), ensure_ascii=False, default=str)``, written straight
+        from the fields: the trace's hot path, with no intermediate dict."""
+        shadow = self._shadow
+        return (
+            f'{{"tool": {_json(self._tool)}, "call_id": {_json(self._call_id)}, '
+            f'"task": {_json(self._task)}, "turn": {_json(self._turn)}, '
+            f'"fingerprint": {_json(self.fingerprint)}, "ok": {_json(self._ok)}, '
+            f'"code": {_json(self._code)}, "outcome": {_json(self._outcome.value)}, '
+            f'"terminal": {_json(self._terminal)}, "blocked": {_json(self._blocked)}, '
+            f'"attempts": {_json(self._attempts)}, "dispatched": {_json(self._dispatched)}, '
+            f'"error_tokens": {_json(self._error_tokens)}, "mode": {_json(self._mode)}, '
+            f'"args": {_json(self.args)}, "side_effect": {_json(self._side_effect)}, '
+            f'"duration_s": {_json(self._duration_s)}, '
+            f'"shadow": {_json(dict(shadow)) if shadow else "{}"}, '
+            f'"at": {_json(self._at)}, "type": "call"}}'
+        )
 
 
 class CallObserver(Protocol):
@@ -116,98 +151,235 @@ class CallObserver(Protocol):
     def __call__(self, event: CallEvent) -> None: ...
 
 
+#: ``json.dumps(record, ensure_ascii=False, default=str)`` without an encoder per line.
+_encode_line = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True,
+                                default=str)
+
+
+def _dumps(record: Any) -> str:
+    try:
+        return _encode_line(record)
+    except RecursionError:  # a cycle (the prebuilt encoder keeps no markers): json says so
+        return json.dumps(record, ensure_ascii=False, default=str)
+
+
+_quote = json.encoder.encode_basestring  # the C escaper json.dumps(ensure_ascii=False) uses
+_INFINITE = (float("inf"), float("-inf"))
+
+
+def _json(value: Any) -> str:
+    """One value as ``json.dumps(value, ensure_ascii=False, default=str)`` writes it."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and value == value and value not in _INFINITE:
+        return float.__repr__(value)
+    return _dumps(value)
+
+
 class JsonlSink:
-    """Appends one JSON line per call and per incident; thread-safe, flushed per line."""
+    """Appends one JSON line per call and per incident; thread-safe.
+
+    Durability is traded for speed on purpose: a call's line goes into the file's buffer and
+    reaches the file within ``flush_interval`` seconds (a timer flushes it, whether or not
+    more calls come), at :meth:`flush` and :meth:`close`, and at interpreter exit.  An incident
+    line is flushed at once, with everything before it.  So a crash that skips ``atexit``
+    (``kill -9``, power loss) loses at most the call lines of the last interval.
+    ``flush_interval=0`` flushes every line, as a log you tail may want.
+    """
 
     def __init__(self, target: str | Path | IO[str], *,
-                 redact: Callable[[str], str] | None = None) -> None:
+                 redact: Callable[[str], str] | None = None,
+                 flush_interval: float = 1.0) -> None:
         #: The single exit of the trace channel: every line passes through ``redact``.
         self._redact = redact
         self._lock = threading.Lock()
+        self._interval = flush_interval
+        self._timer: threading.Timer | None = None
+        self._closed = False
         if isinstance(target, (str, Path)):
             self._file: IO[str] = open(target, "a", encoding="utf-8")  # noqa: SIM115
             self._owned = True
         else:
             self._file = target
             self._owned = False
+        _flush_at_exit(self)
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str)
+        """Append ``record`` as one line; anything but a call line is flushed at once."""
+        self._line(_dumps(record), now=record.get("type") != "call")
+
+    def __call__(self, event: CallEvent) -> None:
+        self._line(event.to_jsonl(), now=False)
+
+    def _line(self, line: str, *, now: bool) -> None:
         if self._redact is not None:
             line = self._redact(line)
         with self._lock:
+            if self._closed:
+                return
             self._file.write(line + "\n")
-            self._file.flush()
+            if now or self._interval <= 0:
+                self._file.flush()
+            elif self._timer is None:
+                timer = threading.Timer(self._interval, self._flush_later)
+                timer.daemon = True
+                self._timer = timer
+                timer.start()
 
-    def __call__(self, event: CallEvent) -> None:
-        self.write(event.to_dict())
+    def _flush_later(self) -> None:
+        try:
+            with self._lock:
+                self._timer = None
+                if not self._closed:
+                    self._file.flush()
+        except (OSError, ValueError):  # the user closed their stream: nothing to keep
+            pass
+
+    def flush(self) -> None:
+        """Write every buffered line to the file now."""
+        with self._lock:
+            if not self._closed:
+                self._file.flush()
 
     def close(self) -> None:
-        if self._owned:
-            self._file.close()
+        """Flush, stop the timer and close the file (a stream given by the user stays open)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            timer, self._timer = self._timer, None
+            try:
+                self._file.flush()
+            except (OSError, ValueError):
+                pass
+            if self._owned:
+                self._file.close()
+        if timer is not None:
+            timer.cancel()
+
+
+#: Sinks still open, flushed at interpreter exit (weakly held: a dropped sink is not kept).
+_OPEN_SINKS: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
+
+
+def _flush_at_exit(sink: JsonlSink) -> None:
+    _OPEN_SINKS.add(sink)
+
+
+@atexit.register
+def _flush_open_sinks() -> None:
+    for sink in list(_OPEN_SINKS):
+        try:
+            sink.flush()
+        except Exception:  # noqa: BLE001 - exiting: keep flushing the others
+            continue
 
 
 def tracing_active() -> bool:
-    """True once the application installed a real tracer provider (cheap: a global read)."""
-    provider = getattr(trace, "_TRACER_PROVIDER", _MISSING)
+    """True once the application installed a real tracer provider (cheap: two global reads).
+
+    Without ``opentelemetry.trace`` imported no provider can have been installed, so toolfault
+    never imports it itself just to find out.
+    """
+    otel = sys.modules.get(_OTEL)
+    if otel is None:
+        return False
+    provider = getattr(otel, "_TRACER_PROVIDER", _MISSING)
     if provider is None:
         return False
     if provider is _MISSING:  # a future opentelemetry-api without the global
-        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        return not isinstance(otel.get_tracer_provider(), otel.ProxyTracerProvider)
     return True
 
 
 _MISSING = object()
 
 
-def start_tool_span(tool: str, call_id: str, *, content: str | None = None) -> trace.Span:
-    """Start an ``execute_tool`` span per the GenAI semantic conventions."""
-    tracer = _tracer()
+@dataclass(frozen=True, slots=True)
+class PendingSpan:
+    """What :func:`start_tool_span` knew; the span is recorded whole by :func:`finish_tool_span`."""
+
+    tool: str
+    call_id: str
+    content: str | None
+
+
+def start_tool_span(tool: str, call_id: str, *, content: str | None = None) -> PendingSpan:
+    """Begin an ``execute_tool`` span: nothing is sent to the SDK until it is finished."""
+    return PendingSpan(tool, call_id, content)
+
+
+def finish_tool_span(span: PendingSpan, event: CallEvent, *, result: str | None = None,
+                     budget: dict[str, float] | None = None) -> None:
+    """Record the span begun by :func:`start_tool_span` (see :func:`record_tool_span`)."""
+    record_tool_span(event, content=span.content, result=result, budget=budget)
+
+
+def record_tool_span(event: CallEvent, *, content: str | None = None,
+                     result: str | None = None, budget: dict[str, float] | None = None
+                     ) -> None:
+    """One ``execute_tool`` span per the GenAI semantic conventions, for a finished call.
+
+    Every attribute is known by now, so the SDK is handed them once, at the start, and the
+    span is back-dated to cover the call (``event.at - event.duration_s`` to ``event.at``).
+    The SDK checks each attribute (about a microsecond apiece), so a success carries only what
+    says something about it: ``toolfault.outcome``, ``.terminal`` and ``.blocked`` describe
+    failures and are set on failed calls only (absent means ``false``).
+    """
+    otel = sys.modules.get(_OTEL)
+    if otel is None:
+        return
+    tool, ok = event._tool, event._ok  # slots, not properties: this runs on every call
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
-        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.call.id": event._call_id,
         "gen_ai.tool.type": "function",
+        "toolfault.fingerprint": event.fingerprint,
+        "toolfault.attempts": event._attempts,
+        "toolfault.mode": event._mode,
     }
+    if budget:
+        for key, value in budget.items():
+            attributes[f"toolfault.budget.{key}"] = value
     if content is not None:
         attributes["gen_ai.tool.call.arguments"] = content
-    return tracer.start_span(f"execute_tool {tool}", kind=trace.SpanKind.INTERNAL,
-                             attributes=attributes)
-
-
-def finish_tool_span(span: trace.Span, event: CallEvent, *, result: str | None = None,
-                     budget: dict[str, float] | None = None) -> None:
-    """Record toolfault's attributes and the error type (one ``set_attributes``), then end."""
-    attributes: dict[str, Any] = {
-        "toolfault.fingerprint": event.fingerprint,
-        "toolfault.attempts": event.attempts,
-        "toolfault.outcome": event.outcome.value,
-        "toolfault.terminal": event.terminal,
-        "toolfault.blocked": event.blocked,
-        "toolfault.mode": event.mode,
-    }
-    for key, value in (budget or {}).items():
-        attributes[f"toolfault.budget.{key}"] = value
     if result is not None:
         attributes["gen_ai.tool.call.result"] = result
-    if not event.ok:
-        attributes["error.type"] = attributes["toolfault.code"] = event.code or "tool_error"
-        span.set_status(trace.Status(trace.StatusCode.ERROR, event.code or "tool_error"))
-    span.set_attributes(attributes)
-    span.end()
+    if not ok:
+        code = event._code or "tool_error"
+        attributes["error.type"] = attributes["toolfault.code"] = code
+        attributes["toolfault.outcome"] = event._outcome.value
+        attributes["toolfault.terminal"] = event._terminal
+        attributes["toolfault.blocked"] = event._blocked
+    at = event._at
+    end = int(at * 1e9) if at else None
+    start = end - int(event._duration_s * 1e9) if end is not None else None
+    span = _tracer(otel).start_span(f"execute_tool {tool}", attributes=attributes,
+                                    start_time=start)
+    if not ok:
+        span.set_status(otel.Status(otel.StatusCode.ERROR, code))
+    span.end(end_time=end)
 
 
 _tracer_for: tuple[object, trace.Tracer] | None = None
 
 
-def _tracer() -> trace.Tracer:
+def _tracer(otel: ModuleType) -> trace.Tracer:
     """toolfault's tracer, fetched once per installed provider (not once per call)."""
     global _tracer_for
-    provider = trace.get_tracer_provider()
+    provider = otel.get_tracer_provider()
     cached = _tracer_for
     if cached is not None and cached[0] is provider:
         return cached[1]
-    tracer = trace.get_tracer(TRACER_NAME)
+    tracer: trace.Tracer = otel.get_tracer(TRACER_NAME)
     _tracer_for = (provider, tracer)
     return tracer
 

@@ -63,7 +63,7 @@ def test_process_figures_come_from_a_fresh_interpreter() -> None:
     figures = _overhead._probe("first_failure", 1)
     assert figures["first_failure_ms"] > 0
     assert figures["first_failure_new_modules"] >= len(figures["new_modules"])
-    assert figures["first_failure_peak_kib"] > 0
+    assert _overhead._probe("first_failure_memory", 1)["first_failure_peak_kib"] > 0
 
 
 def test_payloads_have_the_requested_size() -> None:

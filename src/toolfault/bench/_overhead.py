@@ -5,6 +5,10 @@ Every contender wraps the same realistic tool: five parameters typed ``str``, ``
 ``float``, ``list[str]`` and a ``Literal``, called with a float, a list and an enum value,
 given either as a dict or as the JSON string a model actually sends.  The retry libraries get
 the same JSON parsed by ``json.loads``, so each side does the same work a user's loop would.
+And each side ends where a loop ends, with text for the model: the bare call and the retry
+libraries ``json.dumps`` the tool's result (or word the exception), the guarded contenders read
+``result.text`` (the guard encodes the result itself; the comparison includes that work on both
+sides).
 
 Contenders run in interleaved rounds (a noisy moment on a shared machine hits all of them)
 and the minimum per contender is kept.  Figures that depend on process state (the first
@@ -80,11 +84,14 @@ def _guard(**options: Any) -> Guard:
 
 def _each_turn(guard: Guard, args: Any) -> Callable[[], Any]:
     """One call per model turn, as in an agent loop: the same call repeated within one turn
-    would (rightly) be stopped by no-progress detection, which is not what is timed here."""
+    would (rightly) be stopped by no-progress detection, which is not what is timed here.
+    The model's text is read, as a loop reads it."""
 
     def run() -> Any:
         guard.new_turn()
-        return guard.call("search_flights", args)
+        result = guard.call("search_flights", args)
+        result.text  # noqa: B018 - what the loop hands the model
+        return result
 
     return run
 
@@ -104,26 +111,27 @@ def guarded_trace() -> Callable[[], Any]:
 
 def guarded_failure() -> Callable[[], Any]:
     """A first-time failure: a fresh turn each call, so every failure is the first one."""
-    guard = _guard()
+    return _each_turn(_guard(), BAD_ARGS)
 
-    def run() -> Any:
-        guard.new_turn()
-        return guard.call("search_flights", BAD_ARGS)
 
-    return run
+def _texted(fn: Callable[..., Any], *, as_json: bool) -> Callable[[], str]:
+    """``fn`` called as a user's loop calls it: arguments parsed (when JSON), result as text."""
+    dumps, loads = json.dumps, json.loads
+    if as_json:
+        return lambda: dumps(fn(**loads(ARGS_JSON)))
+    return lambda: dumps(fn(**ARGS))
 
 
 def bare(*, as_json: bool = False) -> Callable[[], Any]:
-    if as_json:
-        return lambda: search_flights(**json.loads(ARGS_JSON))
-    return lambda: search_flights(**ARGS)
+    """The tool alone, plus the ``json.dumps`` any loop needs to hand its result to a model."""
+    return _texted(search_flights, as_json=as_json)
 
 
 def with_tenacity() -> Callable[[], Any]:
     import tenacity
 
     wrapped = tenacity.retry(stop=tenacity.stop_after_attempt(3), reraise=True)(search_flights)
-    return lambda: wrapped(**ARGS)
+    return _texted(wrapped, as_json=False)
 
 
 def _stamina_wrapped() -> Callable[..., Any] | None:
@@ -139,9 +147,7 @@ def with_stamina(*, as_json: bool = False) -> Callable[[], Any] | None:
     wrapped = _stamina_wrapped()
     if wrapped is None:
         return None
-    if as_json:
-        return lambda: wrapped(**json.loads(ARGS_JSON))
-    return lambda: wrapped(**ARGS)
+    return _texted(wrapped, as_json=as_json)
 
 
 def stamina_failure() -> Callable[[], Any] | None:
@@ -154,6 +160,7 @@ def stamina_failure() -> Callable[[], Any] | None:
         try:
             return wrapped(**BAD_ARGS)
         except ValueError as exc:
+            f"{type(exc).__name__}: {exc}"  # noqa: B018 - the text a loop hands the model
             return exc
 
     return run
@@ -312,18 +319,22 @@ _PROBE = r"""
 import json, sys, time, timeit, tracemalloc
 mode = sys.argv[1]
 from toolfault.bench import _overhead as o
-if mode == "first_failure":
+if mode in ("first_failure", "first_failure_memory"):
     guard = o._guard()
     before = set(sys.modules)
-    tracemalloc.start()
+    if mode == "first_failure_memory":  # tracing allocations slows the call: a run of its own
+        tracemalloc.start()
     t0 = time.perf_counter()
     result = guard.call("search_flights", o.BAD_ARGS)
+    result.text
     spent = time.perf_counter() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    new = sorted(m for m in set(sys.modules) - before if not m.startswith("_"))
     assert not result.ok
-    print(json.dumps({"first_failure_ms": spent * 1e3, "first_failure_peak_kib": peak / 1024,
-                      "first_failure_new_modules": len(new), "new_modules": new[:20]}))
+    if mode == "first_failure_memory":
+        print(json.dumps({"first_failure_peak_kib": tracemalloc.get_traced_memory()[1] / 1024}))
+    else:
+        new = sorted(m for m in set(sys.modules) - before if not m.startswith("_"))
+        print(json.dumps({"first_failure_ms": spent * 1e3,
+                          "first_failure_new_modules": len(new), "new_modules": new[:20]}))
 else:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
@@ -334,23 +345,36 @@ else:
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(Drop()))
-    plain = o._guard()
     trace.set_tracer_provider(provider)
-    traced = o._guard()
-    traced_call = o._each_turn(traced, o.ARGS)
+    guarded_call = o.guarded()
     tracer = trace.get_tracer("bench")
+    bare_call = o.bare()
     def bare_span():
-        with tracer.start_as_current_span("execute_tool search_flights"):
-            return o.search_flights(**o.ARGS)
-    # "plain" runs with the provider installed too; what differs is the span work alone.
-    contenders = {"bare_call": o.bare(), "bare_span": bare_span,
-                  "guarded_otel": traced_call}
+        span = tracer.start_span("execute_tool search_flights")
+        try:
+            return bare_call()
+        finally:
+            span.end()
+    # The same guard with and without the provider, interleaved: the global is swapped
+    # between timings (never inside one), so what differs is the span work alone.
+    def without_provider(fn):
+        def timed(n):
+            trace._TRACER_PROVIDER = None
+            try:
+                return timeit.Timer(fn).timeit(n)
+            finally:
+                trace._TRACER_PROVIDER = provider
+        return timed
+    contenders = {"bare_call": timeit.Timer(bare_call).timeit,
+                  "bare_span": timeit.Timer(bare_span).timeit,
+                  "guarded_plain": without_provider(guarded_call),
+                  "guarded_otel": timeit.Timer(guarded_call).timeit}
     best = {}
-    for fn in contenders.values(): fn()
+    for timed in contenders.values(): timed(10)
     for _ in range(int(sys.argv[2])):
-        for name, fn in contenders.items():
+        for name, timed in contenders.items():
             n = 2000
-            best[name] = min(best.get(name, 1e9), timeit.Timer(fn).timeit(n) / n)
+            best[name] = min(best.get(name, 1e9), timed(n) / n)
     print(json.dumps({k + "_us": v * 1e6 for k, v in best.items()}))
 """
 
@@ -369,21 +393,14 @@ def _probe(mode: str, repeat: int) -> dict[str, Any]:
 def _process_figures(repeat: int) -> dict[str, Any]:
     """Figures that need a fresh process: the first failure, and an OTel SDK provider."""
     figures = _probe("first_failure", repeat)
+    figures.update(_probe("first_failure_memory", repeat))
     otel = _probe("otel", repeat)
     if otel:
         figures.update(otel)
-        # What toolfault adds on top of the span itself, beyond the guarded call's own cost.
-        guarded_plain = _plain_guarded_us(repeat)
-        figures["guarded_plain_us"] = guarded_plain
-        figures["otel_extra_us"] = (otel["guarded_otel_us"] - guarded_plain
+        # What toolfault adds on top of a bare span (start_span + end around the same call).
+        figures["otel_extra_us"] = (otel["guarded_otel_us"] - otel["guarded_plain_us"]
                                     - (otel["bare_span_us"] - otel["bare_call_us"]))
     return figures
-
-
-def _plain_guarded_us(repeat: int) -> float:
-    fn = guarded()
-    fn()
-    return min(timeit.Timer(fn).timeit(2000) / 2000 for _ in range(repeat)) * 1e6
 
 
 def overhead_command(*, as_json: bool) -> int:
