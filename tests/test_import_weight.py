@@ -6,8 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 
 def _modules_after(code: str) -> set[str]:
     probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
@@ -43,10 +41,8 @@ def test_the_command_line_parser_loads_no_rich() -> None:
     assert "rich" not in loaded and "toolfault.bench" not in loaded
 
 
-@pytest.mark.xfail(strict=True, reason="_guard.py imports tenacity at module level; the "
-                   "pipeline redesign (issue 10) should import it on the first retry only")
 def test_import_does_not_load_tenacity() -> None:
-    """tenacity is for waiting between retries: the core import should not need it."""
+    """The pipeline's own retry loop needs no tenacity: the core import does not load it."""
     assert "tenacity" not in _modules_after("import toolfault")
 
 

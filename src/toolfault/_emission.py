@@ -64,13 +64,12 @@ class Emitter:
         if tracing:
             content = redactor.secrets(json.dumps(event.args, default=str)) \
                 if g.capture_content else None
-            span = _trace.start_tool_span(result.tool, result.call_id, content=content)
-            adm = call.admission
+            adm, limits = call.admission, g.limits
             budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend} \
-                if adm is not None else None
-            _trace.finish_tool_span(span, event, result=(redactor.secrets(result.text)
-                                                         if g.capture_content else None),
-                                    budget=budget)
+                if adm is not None and (limits.max_calls_per_turn is not None
+                                        or limits.max_spend_per_task is not None) else None
+            _trace.record_tool_span(event, content=content, result=(
+                redactor.secrets(result.text) if g.capture_content else None), budget=budget)
         _trace.safe_notify(g._observers, event)
         return result
 
