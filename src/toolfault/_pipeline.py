@@ -357,6 +357,8 @@ class Pipeline:
         """Shape a failure; count it for the fingerprint; the terminal message at the cap."""
         g = self._g
         spec = call.spec
+        if failure.param is None:  # inferred once: the record, the words and the moves use it
+            failure.param = g._shaper.param_in(call, failure.reason)
         limit = g.limits.limit_for(failure.failure_class,
                                    failure.entry.retry_limit or (spec.retry_limit
                                                                  if spec else None))

@@ -85,7 +85,7 @@ class Shaper:
 
     def pack(self, call: _Call, failure: Failure) -> str:
         """The code (and the parameter it is about) kept with a failure record."""
-        param = failure.param or self._param_in(call, failure.reason)
+        param = failure.param or self.param_in(call, failure.reason)
         return f"{failure.code}:{self._g.redactor.secrets(param)[:200]}" if param \
             else failure.code
 
@@ -103,7 +103,7 @@ class Shaper:
         values: dict[str, object] = {
             "tool": call.name,
             "code": failure.code,
-            "param": failure.param or self._param_in(call, failure.reason),
+            "param": failure.param or self.param_in(call, failure.reason),
             "expected": failure.expected,
             "alternative": alternatives[0].name if alternatives else None,
             "retry_after": format_seconds(failure.retry_after) if failure.retry_after else None,
@@ -173,7 +173,7 @@ class Shaper:
 
     def _moves(self, call: _Call, failure: Failure, alternatives: Sequence[Alternative]
                ) -> list[str]:
-        param = failure.param or self._param_in(call, failure.reason)
+        param = failure.param or self.param_in(call, failure.reason)
         if failure.failure_class is FailureClass.TRANSIENT:
             first = f"call {call.name} later"
         else:
@@ -182,7 +182,7 @@ class Shaper:
         return [first, *(a.phrase() for a in alternatives)]
 
     @staticmethod
-    def _param_in(call: _Call, reason: str) -> str | None:
+    def param_in(call: _Call, reason: str) -> str | None:
         """The argument a reason is about: named in it, or the only one there is."""
         params = list(call.spec.params) if call.spec is not None else []
         arg_keys: list[str] = []

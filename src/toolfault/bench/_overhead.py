@@ -82,31 +82,46 @@ def _guard(**options: Any) -> Guard:
     return guard
 
 
-def _each_turn(guard: Guard, args: Any) -> Callable[[], Any]:
-    """One call per model turn, as in an agent loop: the same call repeated within one turn
-    would (rightly) be stopped by no-progress detection, which is not what is timed here.
-    The model's text is read, as a loop reads it."""
+#: Four searches a model makes in one turn (different origins: no call repeats another).
+TURN = [{**ARGS, "origin": origin} for origin in ("SFO", "LAX", "JFK", "SEA")]
+TURN_JSON = [json.dumps(args) for args in TURN]
+
+
+def _turns(guard: Guard, calls: list[Any]) -> Callable[[], Any]:
+    """One call per invocation, ``len(calls)`` different calls per model turn, as an agent
+    loop makes them: the same call repeated within a turn would (rightly) be stopped by
+    no-progress detection.  The model's text is read, as a loop reads it."""
+    state = {"next": 0}
+    size = len(calls)
 
     def run() -> Any:
-        guard.new_turn()
-        result = guard.call("search_flights", args)
+        i = state["next"]
+        if i == 0:
+            guard.new_turn()
+        state["next"] = (i + 1) % size
+        result = guard.call("search_flights", calls[i])
         result.text  # noqa: B018 - what the loop hands the model
         return result
 
     return run
 
 
+def _each_turn(guard: Guard, args: Any) -> Callable[[], Any]:
+    """One call per turn: every call is the turn's first (for first-time failures)."""
+    return _turns(guard, [args])
+
+
 def guarded(*, hook: bool = False, as_json: bool = False) -> Callable[[], Any]:
     """A guarded success (memory store, validation, fingerprint, counters, progress)."""
     guard = _guard(observers=[_Counter()] if hook else ())
-    return _each_turn(guard, ARGS_JSON if as_json else ARGS)
+    return _turns(guard, TURN_JSON if as_json else TURN)
 
 
 def guarded_trace() -> Callable[[], Any]:
     """A guarded success writing one JSONL trace line per call (to a real file)."""
     handle = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - lives with the lambda
     guard = _guard(trace=handle)
-    return _each_turn(guard, ARGS_JSON)
+    return _turns(guard, TURN_JSON)
 
 
 def guarded_failure() -> Callable[[], Any]:
@@ -210,6 +225,8 @@ class Overhead:
     target_met: bool | None
     targets: list[Target] = field(default_factory=list)
     process: dict[str, Any] = field(default_factory=dict)
+    #: The state stores' counts (round trips, write transactions, lookups, memory).
+    stores: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,6 +238,7 @@ class Overhead:
             "target_met": self.target_met,
             "targets": {t.name: t.to_dict() for t in self.targets},
             "process": self.process,
+            "stores": self.stores,
             "python": sys.version.split()[0],
         }
 
@@ -285,11 +303,25 @@ def measure(*, repeat: int = 7, budget: float = 0.03, process: bool = True) -> O
             "stamina/bare": t["stamina"] / t["bare"],
         })
     proc = _process_figures(repeat) if process else {}
-    targets = _targets(ratios, proc)
+    stores = _store_figures() if process else {}
+    targets = _targets(ratios, proc) + [
+        Target(name, figure["label"], figure["value"], figure["limit"], figure["unit"])
+        for name, figure in stores.items()]
     met: bool | None = None
     if "guarded/stamina" in ratios:
         met = ratios["guarded/stamina"] <= TARGET_VS_STAMINA
-    return Overhead(timings, ratios, TARGET_VS_STAMINA, met, targets, proc)
+    return Overhead(timings, ratios, TARGET_VS_STAMINA, met, targets, proc, stores)
+
+
+def _store_figures() -> dict[str, Any]:
+    """Round trips, write transactions, lookups and memory of the stores (counted)."""
+    from toolfault.bench._store_overhead import store_figures
+
+    try:
+        return store_figures()
+    except Exception as exc:  # noqa: BLE001 - a store that cannot run here is reported
+        return {"stores": {"label": "state store figures", "value": None, "limit": 0.0,
+                           "unit": "", "met": None, "skipped": type(exc).__name__}}
 
 
 def _targets(ratios: dict[str, float], proc: dict[str, Any]) -> list[Target]:
