@@ -57,7 +57,7 @@ class Ceiling:
     limit: float
 
 
-class Fingerprint:
+class LazyFingerprint:
     """A call's fingerprint, computed at most once and only when someone needs it.
 
     A local store admits a call in a quiet scope (no failure, nothing else in flight) without
@@ -96,7 +96,7 @@ class AdmissionRequest(NamedTuple):
 
     task: str
     turn: int
-    fingerprint: Fingerprint
+    fingerprint: LazyFingerprint
     cost: float = 0.0
     #: Seconds the reservation may be held (``None``: no reservation is taken).
     lease: float | None = None

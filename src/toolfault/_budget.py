@@ -15,7 +15,7 @@ from toolfault._admission import (
     AdmissionRequest,
     Ceiling,
     Counter,
-    Fingerprint,
+    LazyFingerprint,
 )
 from toolfault._call import _Call
 from toolfault._classify import from_entry
@@ -37,7 +37,7 @@ class Budgets:
         # Per tool: the limits they were built for, the ceilings and the lease.
         self._built: dict[str, tuple[Limits, tuple[Ceiling, ...], float]] = {}
 
-    def request(self, spec: ToolSpec, fingerprint: Fingerprint) -> AdmissionRequest:
+    def request(self, spec: ToolSpec, fingerprint: LazyFingerprint) -> AdmissionRequest:
         """The call's request: built from data cached per tool (rebuilt if limits change)."""
         g = self._g
         built = self._built.get(spec.name)

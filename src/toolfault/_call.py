@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolfault._admission import Admission, AdmissionRequest, CallKey, Fingerprint
+from toolfault._admission import Admission, AdmissionRequest, CallKey, LazyFingerprint
 from toolfault._records import LedgerEntry
 from toolfault._tool import ToolSpec
 
@@ -74,8 +74,8 @@ class _Call:
     call_id: str
     started: float
     fp: str = ""
-    #: The fingerprint as admitted (perhaps not computed yet: see ``Fingerprint``).
-    fingerprint: Fingerprint | None = None
+    #: The fingerprint as admitted (perhaps not computed yet: see ``LazyFingerprint``).
+    fingerprint: LazyFingerprint | None = None
     key: CallKey | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     admission: Admission | None = None

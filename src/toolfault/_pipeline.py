@@ -25,7 +25,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from toolfault._admission import CallKey, Fingerprint
+from toolfault._admission import CallKey, LazyFingerprint
 from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Raised, _Value
 from toolfault._classify import Failure, from_entry, from_exception
 from toolfault._errors import FailureClass, Outcome, StateUnavailableError
@@ -88,14 +88,14 @@ class Pipeline:
         call.spec = spec
         # Every call is counted and reserved, so identical calls in flight count toward the
         # cap atomically; the fingerprint is computed now only where a store or a check
-        # needs it (see Fingerprint).
+        # needs it (see LazyFingerprint).
         if spec.plain and not spec.normalizers and _plain(args):
-            fp = Fingerprint(_Lazy(spec, args))
+            fp = LazyFingerprint(_Lazy(spec, args))
         else:
             problem = self.resolve_fp(call)
             if problem is not None:
                 return self.fail_unscoped(call, "invalid_argument", problem)
-            fp = Fingerprint(call.fp)
+            fp = LazyFingerprint(call.fp)
         limits = g.limits
         if limits.block_seconds is not None and g._progress.has_capped(g.task_id, g._turn):
             g._ladder.lift_expired(CallKey(g.task_id, g._turn, self.resolve(call, fp)))
@@ -116,7 +116,7 @@ class Pipeline:
             return self._validate(call, spec, args)
         return self._refused(call, fp)
 
-    def _refused(self, call: _Call, fp: Fingerprint) -> ToolResult | None:
+    def _refused(self, call: _Call, fp: LazyFingerprint) -> ToolResult | None:
         """A call the counters did not admit: over budget, blocked or busy."""
         g = self._g
         adm = call.admission
@@ -138,7 +138,7 @@ class Pipeline:
             call.shadow["would_be_busy"] = True
         return self._validate(call, call.spec, call.args)
 
-    def resolve(self, call: _Call, fp: Fingerprint) -> str:
+    def resolve(self, call: _Call, fp: LazyFingerprint) -> str:
         """The call's fingerprint and counter key, computed now if they were not yet."""
         if not call.fp:
             call.fp = fp()
@@ -166,7 +166,7 @@ class Pipeline:
         return self.fail(call, failure)
 
     def resolve_fp(self, call: _Call) -> str | None:
-        """Fingerprint the call (once); returns why the arguments are unusable, if they are."""
+        """LazyFingerprint the call (once); returns why the arguments are unusable, if they are."""
         if call.fp:
             return None
         fp = call.fingerprint

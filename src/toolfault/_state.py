@@ -28,7 +28,7 @@ from toolfault._admission import (
     CallKey,
     Ceiling,
     Counter,
-    Fingerprint,
+    LazyFingerprint,
 )
 from toolfault._errors import StateUnavailableError
 from toolfault._records import Incident, LedgerEntry
@@ -44,8 +44,8 @@ __all__ = [
     "DegradingKeyLocks",
     "DegradingRecords",
     "DegradingStore",
-    "Fingerprint",
     "KeyLocks",
+    "LazyFingerprint",
     "MemoryStore",
     "Records",
     "Store",

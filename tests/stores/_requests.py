@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolfault import AdmissionRequest, CallKey, Ceiling, Counter
-from toolfault._admission import Fingerprint
+from toolfault._admission import LazyFingerprint
 
 
 def request(key: CallKey, *, cost: float = 0.0, max_calls: int | None = None,
@@ -17,5 +17,5 @@ def request(key: CallKey, *, cost: float = 0.0, max_calls: int | None = None,
         ceilings.append(Ceiling(Counter.IDENTICAL_RUNNING, limit))
     if max_spend is not None:
         ceilings.append(Ceiling(Counter.SPEND_IN_TASK, max_spend))
-    return AdmissionRequest(key.task, key.turn, Fingerprint(key.fingerprint), cost, lease,
+    return AdmissionRequest(key.task, key.turn, LazyFingerprint(key.fingerprint), cost, lease,
                             tuple(ceilings))

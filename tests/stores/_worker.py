@@ -133,7 +133,7 @@ def hammer(target: str, threads: int, seconds: float) -> list[dict[str, Any]]:
     import threading
 
     from toolfault import AdmissionRequest, CallKey, Ceiling, Counter, LedgerEntry, Outcome
-    from toolfault._admission import Fingerprint
+    from toolfault._admission import LazyFingerprint
     from toolfault._state import DegradingStore
     from toolfault.stores import SQLiteStore
 
@@ -148,7 +148,7 @@ def hammer(target: str, threads: int, seconds: float) -> list[dict[str, Any]]:
         while time.monotonic() < end:
             calls += 1
             key = CallKey(task, calls // 20, f"fp{calls % 7}")
-            request = AdmissionRequest(task, key.turn, Fingerprint(key.fingerprint), 0.01,
+            request = AdmissionRequest(task, key.turn, LazyFingerprint(key.fingerprint), 0.01,
                                        30.0, ceilings)
             store.admit(request)
             if calls % 5 == 0:  # a side effect: key, ledger entry, lookup, release

@@ -8,13 +8,13 @@ import tracemalloc
 import pytest
 
 from toolfault import AdmissionRequest, Ceiling, Counter, Guard, MemoryStore, Outcome
-from toolfault._admission import Fingerprint
+from toolfault._admission import LazyFingerprint
 from toolfault._records import LedgerEntry
 from toolfault._state import CallKey
 
 
 def _request(task: str, turn: int, fp: str = "fp") -> AdmissionRequest:
-    return AdmissionRequest(task, turn, Fingerprint(fp), 0.0, 30.0,
+    return AdmissionRequest(task, turn, LazyFingerprint(fp), 0.0, 30.0,
                             (Ceiling(Counter.IDENTICAL_RUNNING, 2),))
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from toolfault import AdmissionRequest, CallKey, Ceiling, Counter, MemoryStore
-from toolfault._admission import Fingerprint
+from toolfault._admission import LazyFingerprint
 
 
 class Thunk:
@@ -25,7 +25,7 @@ class Thunk:
 
 def request(thunk: Thunk | str, *, task: str = "t", turn: int = 0, lease: float | None = 30.0,
             limit: int = 2, cost: float = 0.0) -> AdmissionRequest:
-    return AdmissionRequest(task, turn, Fingerprint(thunk), cost, lease,
+    return AdmissionRequest(task, turn, LazyFingerprint(thunk), cost, lease,
                             (Ceiling(Counter.IDENTICAL_RUNNING, limit),))
 
 
@@ -140,10 +140,10 @@ def test_an_unusable_fingerprint_fails_only_its_own_call() -> None:
     from toolfault._state import DegradingStore
 
     store = DegradingStore(MemoryStore())
-    broken = AdmissionRequest("t", 0, Fingerprint(_unusable), 0.0, 30.0, ())
+    broken = AdmissionRequest("t", 0, LazyFingerprint(_unusable), 0.0, 30.0, ())
     assert store.admit(broken).admitted  # quiet: nothing computed it
     assert store.admit(request("fp")).admitted
     store.settle(broken)
     with pytest.raises(ValueError, match="fingerprinted"):
-        store.admit(AdmissionRequest("t", 0, Fingerprint(_unusable), 0.0, 30.0, ()))
+        store.admit(AdmissionRequest("t", 0, LazyFingerprint(_unusable), 0.0, 30.0, ()))
     assert not store.degraded

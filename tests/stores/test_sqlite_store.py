@@ -108,11 +108,11 @@ def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
         from toolfault import CallKey, Ceiling, Counter, AdmissionRequest
-        from toolfault._admission import Fingerprint
+        from toolfault._admission import LazyFingerprint
         from toolfault.stores import SQLiteStore
         store = SQLiteStore({str(db)!r})
         ceilings = (Ceiling(Counter.SPEND_IN_TASK, 30.0),)
-        ok = sum(store.admit(AdmissionRequest("t1", 0, Fingerprint(f"fp{{i}}"), 1.0, None,
+        ok = sum(store.admit(AdmissionRequest("t1", 0, LazyFingerprint(f"fp{{i}}"), 1.0, None,
                                               ceilings)).admitted for i in range(25))
         print(ok)
     """)

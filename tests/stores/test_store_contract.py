@@ -26,7 +26,7 @@ from toolfault import (
     Outcome,
     Store,
 )
-from toolfault._admission import Fingerprint
+from toolfault._admission import LazyFingerprint
 
 K = CallKey("task-a", 0, "fp-1")
 
@@ -354,22 +354,22 @@ def test_the_order_of_ceilings_in_the_request_does_not_matter(store: Store) -> N
     store.record_failure(K, "bad", 1)
     ceilings = (Ceiling(Counter.SPEND_IN_TASK, 0.0), Ceiling(Counter.IDENTICAL_RUNNING, 0),
                 Ceiling(Counter.CALLS_IN_TURN, 5))
-    adm = store.admit(AdmissionRequest("task-a", 0, Fingerprint("fp-1"), 1.0, 30, ceilings))
+    adm = store.admit(AdmissionRequest("task-a", 0, LazyFingerprint("fp-1"), 1.0, 30, ceilings))
     assert adm.blocked and adm.over is None and adm.calls_in_turn == 1
-    other = AdmissionRequest("task-a", 0, Fingerprint("fp-2"), 1.0, 30, ceilings[::-1])
+    other = AdmissionRequest("task-a", 0, LazyFingerprint("fp-2"), 1.0, 30, ceilings[::-1])
     assert store.admit(other).busy  # identical-running before spend
-    third = AdmissionRequest("task-a", 0, Fingerprint("fp-3"), 1.0, None, ceilings[1:])
+    third = AdmissionRequest("task-a", 0, LazyFingerprint("fp-3"), 1.0, None, ceilings[1:])
     assert store.admit(third).over is None  # no lease: no identical-running clause
-    over = AdmissionRequest("task-a", 0, Fingerprint("fp-4"), 1.0, None, ceilings)
+    over = AdmissionRequest("task-a", 0, LazyFingerprint("fp-4"), 1.0, None, ceilings)
     assert store.admit(over).over == "spend_per_task"
 
 
 def test_the_tightest_of_two_ceilings_on_one_counter_wins(store: Store) -> None:
     """Two ceilings on one counter: the lower limit applies."""
     ceilings = (Ceiling(Counter.CALLS_IN_TURN, 5), Ceiling(Counter.CALLS_IN_TURN, 1))
-    assert store.admit(AdmissionRequest("task-a", 0, Fingerprint("a"), 0, None,
+    assert store.admit(AdmissionRequest("task-a", 0, LazyFingerprint("a"), 0, None,
                                         ceilings)).admitted
-    assert store.admit(AdmissionRequest("task-a", 0, Fingerprint("b"), 0, None,
+    assert store.admit(AdmissionRequest("task-a", 0, LazyFingerprint("b"), 0, None,
                                         ceilings)).over == "calls_per_turn"
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from toolfault._admission import AdmissionRequest, Ceiling, Counter, Fingerprint
+from toolfault._admission import AdmissionRequest, Ceiling, Counter, LazyFingerprint
 from toolfault._errors import Outcome
 from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._state import CallKey, MemoryStore, Store
@@ -42,7 +42,7 @@ _CEILINGS = (Ceiling(Counter.IDENTICAL_RUNNING, 2), Ceiling(Counter.CALLS_IN_TUR
 
 def _request(task: str, turn: int, fp: str) -> AdmissionRequest:
     """What the guard asks of the store for one call of a tool with a cost and budgets."""
-    return AdmissionRequest(task, turn, Fingerprint(fp), 0.001, 120.0, _CEILINGS)
+    return AdmissionRequest(task, turn, LazyFingerprint(fp), 0.001, 120.0, _CEILINGS)
 
 
 def _figure(label: str, value: float | None, limit: float, unit: str,
