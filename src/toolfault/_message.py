@@ -48,15 +48,7 @@ def _shrink(value: Any, depth: int = 0) -> Any:
             return "Infinity" if value > 0 else "-Infinity"
         return value
     if type(value) is dict or isinstance(value, Mapping):
-        if depth >= MAX_DEPTH:
-            return "{…}"
-        out: dict[str, Any] = {}
-        for i, (k, v) in enumerate(value.items()):
-            if i == MAX_ITEMS:
-                out["…"] = f"+{len(value) - MAX_ITEMS} more keys"
-                break
-            out[k if type(k) is str else str(k)] = v if _as_is(v) else _shrink(v, depth + 1)
-        return out
+        return "{…}" if depth >= MAX_DEPTH else _shrink_mapping(value, depth)
     if isinstance(value, (list, tuple)):
         if depth >= MAX_DEPTH:
             return ["…"]
@@ -67,6 +59,16 @@ def _shrink(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (bool, int)):
         return value
     return repr(value)[:MAX_STRING]
+
+
+def _shrink_mapping(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, (k, v) in enumerate(value.items()):
+        if i == MAX_ITEMS:
+            out["…"] = f"+{len(value) - MAX_ITEMS} more keys"
+            break
+        out[k if type(k) is str else str(k)] = v if _as_is(v) else _shrink(v, depth + 1)
+    return out
 
 
 def echo_args(args: Any, *, max_chars: int = MAX_ARGS_CHARS) -> str:

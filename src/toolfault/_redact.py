@@ -358,8 +358,10 @@ class Redactor:
             secrets, inner = self.secrets, self.value
             return [(REDACTED if _secret else secrets(v)) if type(v) is str
                     else inner(v, _depth=_depth + 1, _secret=_secret) for v in value]
-        if _secret:
-            return REDACTED
+        return REDACTED if _secret else self._other(value)
+
+    def _other(self, value: Any) -> Any:
+        """Subclasses of scalars, bytes, and any other object (by its redacted ``repr``)."""
         if isinstance(value, str):
             return self.secrets(value)
         if isinstance(value, (bytes, bytearray, memoryview)):
