@@ -48,3 +48,29 @@ def stores() -> None:
     shared: Store = RedisStore("redis://127.0.0.1:6379/0")
     Guard(store=durable, state_failure="closed")
     Guard(store=shared, task_id="task-1")
+
+
+def admission() -> None:
+    from toolfault import (
+        Admission,
+        AdmissionRequest,
+        Ceiling,
+        Counter,
+        Counters,
+        KeyLocks,
+        LazyFingerprint,
+        MemoryStore,
+        Records,
+    )
+
+    store = MemoryStore()
+    counters: Counters = store
+    locks: KeyLocks = store
+    records: Records = store
+    request = AdmissionRequest("task-1", 0, LazyFingerprint(lambda: "fp"), 0.5, 30.0,
+                               (Ceiling(Counter.CALLS_IN_TURN, 10),))
+    granted: Admission = counters.admit(request)
+    counters.settle(request)
+    held: bool = locks.acquire("task-1", "book:abc", 30.0)
+    entries = records.ledger("task-1")
+    print(granted.admitted, held, entries)
