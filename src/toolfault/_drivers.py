@@ -16,10 +16,10 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
+from toolfault._call import DISPATCH, VERIFY, Sleep, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
 from toolfault._result import ToolContext, ToolResult
 from toolfault._tool import verdict_of
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
-
-Steps = Generator[Step, Any, ToolResult]
 
 #: Threads per purpose: hung tools cannot starve timeouts, and neither can starve checks.
 _POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}

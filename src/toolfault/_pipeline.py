@@ -96,11 +96,12 @@ class Pipeline:
             if problem is not None:
                 return self.fail_unscoped(call, "invalid_argument", problem)
             fp = LazyFingerprint(call.fp)
-        limits = g.limits
-        if limits.block_seconds is not None and g._progress.has_capped(g.task_id, g._turn):
-            g._ladder.lift_expired(CallKey(g.task_id, g._turn, self.resolve(call, fp)))
-        request = g._budgets.request(spec, fp)
         call.fingerprint = fp
+        if g.limits.block_seconds is not None and g._progress.has_capped(g.task_id, g._turn):
+            self.resolve_fp(call)
+            assert call.key is not None
+            g._ladder.lift_expired(call.key)
+        request = g._budgets.request(spec, fp)
         try:
             adm = call.admission = g._store.admit(request)
         except StateUnavailableError:
@@ -109,19 +110,17 @@ class Pipeline:
                              count=False)
         if adm.admitted:
             call.request = request  # settled when the call ends
-            if fp.resolved:
-                self.resolve(call, fp)
-            else:
-                call.key = None
+            if fp.resolved:  # the store needed it: the key is known at no cost
+                self.resolve_fp(call)
             return self._validate(call, spec, args)
-        return self._refused(call, fp)
+        return self._refused(call)
 
-    def _refused(self, call: _Call, fp: LazyFingerprint) -> ToolResult | None:
+    def _refused(self, call: _Call) -> ToolResult | None:
         """A call the counters did not admit: over budget, blocked or busy."""
         g = self._g
         adm = call.admission
         assert adm is not None and call.spec is not None
-        self.resolve(call, fp)
+        self.resolve_fp(call)
         if adm.over is not None:
             over = g._budgets.exceeded(call, adm)
             if over is not None:
@@ -137,14 +136,6 @@ class Pipeline:
                     f"an identical {call.name} call is still running"), count=False)
             call.shadow["would_be_busy"] = True
         return self._validate(call, call.spec, call.args)
-
-    def resolve(self, call: _Call, fp: LazyFingerprint) -> str:
-        """The call's fingerprint and counter key, computed now if they were not yet."""
-        if not call.fp:
-            call.fp = fp()
-        g = self._g
-        call.key = CallKey(g.task_id, g._turn, call.fp)
-        return call.fp
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
         g = self._g
@@ -166,11 +157,12 @@ class Pipeline:
         return self.fail(call, failure)
 
     def resolve_fp(self, call: _Call) -> str | None:
-        """LazyFingerprint the call (once); returns why the arguments are unusable, if they are."""
+        """Fingerprint the call (once) and set its counter key; returns why the arguments are
+        unusable, if they are.  A lazy fingerprint is resolved (and cached for the store)."""
         if call.fp:
             return None
         fp = call.fingerprint
-        if fp is not None and fp.resolved:
+        if fp is not None:  # only arguments _plain accepted are lazy: it cannot fail
             call.fp = fp()
         else:
             assert call.spec is not None

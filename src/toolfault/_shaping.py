@@ -237,8 +237,7 @@ class Shaper:
                              cause=exc)
         if call.spec is not None and call.spec.side_effect and call.dispatched:
             failure.outcome = Outcome.UNKNOWN
-        text, problem = self._four_part(call, failure, echo_args(self._g.redactor.value(
-            call.args if isinstance(call.args, (dict, list, str)) else repr(call.args))), [])
+        text, problem = self._four_part(call, failure, self.args_text(call), [])
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def seal(self, result: ToolResult) -> ToolResult:
