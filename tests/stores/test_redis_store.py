@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 from _redis_server import RedisServer, free_port
+from _replay import assert_replay_is_answered_from_the_ledger
 from _requests import request
 
 from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
@@ -422,18 +423,4 @@ def test_a_replayed_call_id_gets_its_answer_without_a_second_dispatch(
     assert proc.returncode == -signal.SIGKILL
     assert marker.read_text() == "ran\n"
 
-    guard = Guard(store=RedisStore(redis_url, prefix=prefix), task_id="t1")
-    ran: list[str] = []
-
-    @guard.tool(side_effect=True)
-    def book_seat(seat: str) -> dict[str, str]:
-        ran.append(seat)
-        return {"booking": "BK-8", "seat": seat}
-
-    replay = guard.call("book_seat", {"seat": "12A"}, call_id="toolu_01")
-    assert replay.ok and replay.attempts == 0
-    assert replay.data == {"booking": "BK-7", "seat": "12A"}
-    assert ran == []
-    assert guard.call("book_seat", {"seat": "12A"}, call_id="toolu_02").ok  # a new action
-    assert ran == ["12A"]
-    guard.close()
+    assert_replay_is_answered_from_the_ledger(RedisStore(redis_url, prefix=prefix))

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _replay import assert_replay_is_answered_from_the_ledger
 from _requests import request
 
 from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
@@ -198,21 +199,7 @@ def test_a_replayed_call_id_gets_its_answer_without_a_second_dispatch(tmp_path: 
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert marker.read_text() == "ran\n"
 
-    guard = Guard(store=SQLiteStore(db), task_id="t1")
-    ran: list[str] = []
-
-    @guard.tool(side_effect=True)
-    def book_seat(seat: str) -> dict[str, str]:
-        ran.append(seat)
-        return {"booking": "BK-8", "seat": seat}
-
-    replay = guard.call("book_seat", {"seat": "12A"}, call_id="toolu_01")
-    assert replay.ok and replay.attempts == 0
-    assert replay.data == {"booking": "BK-7", "seat": "12A"}
-    assert ran == []
-    assert guard.call("book_seat", {"seat": "12A"}, call_id="toolu_02").ok  # a new action
-    assert ran == ["12A"]
-    guard.close()
+    assert_replay_is_answered_from_the_ledger(SQLiteStore(db))
 
 
 def _count_writes(store: SQLiteStore) -> list[str]:
