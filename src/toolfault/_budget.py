@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 
+_new_request = tuple.__new__
+
+
 class Budgets:
     """Builds admission requests and answers refused ones (one per guard scope)."""
 
@@ -45,7 +48,9 @@ class Budgets:
             built = (g.limits, ceilings_for(g.limits, spec),
                      max(30.0, 4 * (spec.timeout or 30.0)))
             self._built[spec.name] = built
-        return AdmissionRequest(g.task_id, g._turn, fingerprint, spec.cost, built[2], built[1])
+        # tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level call.
+        return _new_request(AdmissionRequest, (g.task_id, g._turn, fingerprint, spec.cost,
+                                               built[2], built[1]))
 
     def exceeded(self, call: _Call, adm: Admission) -> ToolResult | None:
         """``budget_exceeded`` and an incident (enforce), or a mark in the trace."""

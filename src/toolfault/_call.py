@@ -14,7 +14,7 @@ import itertools
 import os
 import secrets
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from toolfault._admission import Admission, AdmissionRequest, CallKey, LazyFingerprint
@@ -64,20 +64,18 @@ VERIFY = Verify()
 Step = Dispatch | Verify | Sleep
 
 
-@dataclass(slots=True)
 class _Call:
-    """One call in progress (internal)."""
+    """One call in progress (internal).
 
-    spec: ToolSpec | None
-    name: str
-    args: Any
-    call_id: str
-    started: float
+    A plain class on purpose: the fields most calls never set are class-level defaults, so
+    building one sets five attributes and two dicts, not twenty (one is built per call).
+    """
+
+    #: The fingerprint, once computed ("" until then).
     fp: str = ""
     #: The fingerprint as admitted (perhaps not computed yet: see ``LazyFingerprint``).
     fingerprint: LazyFingerprint | None = None
     key: CallKey | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)
     admission: Admission | None = None
     #: The request the call was admitted with: it settles the reservation.
     request: AdmissionRequest | None = None
@@ -88,22 +86,38 @@ class _Call:
     attempts: int = 0
     dispatched: bool = False
     replayable: bool = False
-    shadow: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(self, spec: ToolSpec | None, name: str, args: Any, call_id: str,
+                 started: float) -> None:
+        self.spec = spec
+        self.name = name
+        self.args = args
+        self.call_id = call_id
+        self.started = started
+        self.kwargs: dict[str, Any] = {}
+        self.shadow: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"_Call(name={self.name!r}, call_id={self.call_id!r}, attempts={self.attempts})"
 
 
-
-@dataclass(frozen=True, slots=True)
 class _Value:
-    """What a tool returned (wrapped: ``None`` is a value too)."""
+    """What a tool returned (wrapped: ``None`` is a value too).  Read-only by convention:
+    a plain slotted class, one per attempt (a frozen dataclass costs a setattr per field)."""
 
-    value: Any
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
 
 
-@dataclass(frozen=True, slots=True)
 class _Raised:
     """What a tool raised."""
 
-    exc: Exception
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
 
 
 def _run_coroutine(awaitable: Awaitable[Any], *, timeout: float | None = None) -> Any:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from toolfault._call import DISPATCH, VERIFY, Sleep, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
 from toolfault._result import ToolContext, ToolResult
-from toolfault._tool import verdict_of
+from toolfault._tool import ToolSpec, verdict_of
 
 if TYPE_CHECKING:
     from toolfault._guard import Guard
@@ -90,19 +90,28 @@ def run_sync(guard: Guard, call: _Call) -> ToolResult:
 def _invoke_sync(guard: Guard, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
-    kwargs = _with_context(guard, call)
+    kwargs = call.kwargs if spec.context_param is None else _with_context(guard, call)
+    deadline = guard.deadline
+    if spec.timeout is None and not spec.is_async and not guard.isolate_sync_tools and (
+            deadline is None or deadline > time.monotonic() - call.started):
+        value = spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
+    else:
+        value = _invoke_bounded(guard, call, spec, kwargs)
+    if hasattr(value, "__await__"):  # an async tool behind a plain decorator
+        value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))
+    return value
+
+
+def _invoke_bounded(guard: Guard, call: _Call, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    """A tool with a timeout, a deadline, or a coroutine body: within its time limit."""
     limit = guard._pipeline.attempt_limit(call, spec.timeout)
     if limit is not None and limit <= 0:
         raise TimeoutError(f"{spec.name} ran out of time")
     if spec.is_async:
         return _run_coroutine(spec.fn(**kwargs), timeout=limit)
     if limit is None or (spec.timeout is None and not guard.isolate_sync_tools):
-        value = spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
-    else:
-        value = _bounded(guard, spec.fn, kwargs, limit, spec.name, call)
-    if hasattr(value, "__await__"):  # an async tool behind a plain decorator
-        value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))
-    return value
+        return spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
+    return _bounded(guard, spec.fn, kwargs, limit, spec.name, call)
 
 
 def _bounded(guard: Guard, fn: Callable[..., Any], kwargs: dict[str, Any], limit: float,

@@ -319,7 +319,10 @@ class Guard:
         call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
             try:
-                _name_call(call, name, call_id)
+                if type(name) is str and call_id is None:  # the common case, inline
+                    call.name, call.call_id = name, _new_call_id()
+                else:
+                    _name_call(call, name, call_id)
                 result = run_sync(self, call)
             except Exception as exc:  # the guard's own bug, or a BaseException of the tool
                 result = self._shaper.crash(call, exc)
@@ -330,7 +333,10 @@ class Guard:
             return self._shaper.last_resort(name, args, call_id, exc)
         finally:
             if call.request is not None or call.held:
-                self._release(call)
+                try:
+                    self._effects.release(call)
+                except Exception:  # noqa: BLE001, S110 - leases and key TTLs are the backstop
+                    pass
 
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:

@@ -190,9 +190,12 @@ class Ladder:
             if spec.side_effect or spec.name in limits.progress_exempt:
                 history.append(_BREAK)
             else:
-                # The result's hash first: a different result fails a comparison at once.
-                history.append((hash(text), spec.name, args))
-                cycle = repeats(history, longest, limits.no_progress_repeats)
+                # The result's hash first: a different result fails a comparison at once;
+                # a cycle repeats its newest entry, so one seen once completes none.
+                entry = (hash(text), spec.name, args)
+                history.append(entry)
+                if history.count(entry) >= limits.no_progress_repeats:
+                    cycle = repeats(history, longest, limits.no_progress_repeats)
             if len(history) > longest * limits.no_progress_repeats:
                 del history[0]
         return cycle

@@ -25,6 +25,8 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import from_json as _from_json
+
 from toolfault._admission import CallKey, LazyFingerprint
 from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Raised, _Value
 from toolfault._classify import Failure, from_entry, from_exception
@@ -32,7 +34,7 @@ from toolfault._errors import FailureClass, Outcome, StateUnavailableError
 from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint
 from toolfault._message import echo_args
 from toolfault._records import IncidentKind
-from toolfault._result import ToolResult
+from toolfault._result import ToolResult, new_result
 from toolfault._tool import ToolSpec
 
 if TYPE_CHECKING:
@@ -60,7 +62,17 @@ class Pipeline:
             early = yield from self._g._effects.precheck(call)
         if early is not None:
             return early
-        done = yield from self._attempts(call)
+        spec = call.spec
+        assert spec is not None
+        call.attempts = 1
+        call.dispatched = True
+        reply = yield DISPATCH
+        if type(reply) is _Value:  # a value, or a returned error (final: never retried)
+            returned = self._returned_error(call, reply.value)
+            if returned is None:
+                return self._succeeded(call, reply.value)
+            return self._finish(call, returned)
+        done = yield from self._attempts(call, reply)
         return self._finish(call, done)
 
     # -- parse, fingerprint, admit, validate ----------------------------------------------
@@ -70,7 +82,9 @@ class Pipeline:
         spec = g._tools.get(name)
         if spec is None:
             call.name = g._shaper.safe_name(name)
-        args = call.args if type(call.args) is dict else self.parse(call)
+        args = call.args
+        if type(args) is not dict:
+            args = self.parse(call)
         if g._progress.halted and g.mode == "enforce":
             halted = g._ladder.still_halted(call, spec, args)
             if halted is not None:
@@ -90,7 +104,7 @@ class Pipeline:
         # cap atomically; the fingerprint is computed now only where a store or a check
         # needs it (see LazyFingerprint).
         if spec.plain and not spec.normalizers and _plain(args):
-            fp = LazyFingerprint(_Lazy(spec, args))
+            fp: LazyFingerprint = _Deferred(spec, args)
         else:
             problem = self.resolve_fp(call)
             if problem is not None:
@@ -108,12 +122,19 @@ class Pipeline:
             return self.fail(call, from_entry(g.catalog.get("state_unavailable"),
                                               "the agent's shared safety state is unreachable"),
                              count=False)
-        if adm.admitted:
-            call.request = request  # settled when the call ends
-            if fp.resolved:  # the store needed it: the key is known at no cost
-                self.resolve_fp(call)
-            return self._validate(call, spec, args)
-        return self._refused(call)
+        if adm.over is not None or adm.blocked or adm.busy:
+            return self._refused(call)
+        call.request = request  # settled when the call ends
+        if not call.fp and fp.resolved:  # the store needed it: the key costs nothing now
+            self.resolve_fp(call)
+        fast = spec.fast_validate
+        if fast is not None:
+            try:
+                call.kwargs = fast(args)
+                return None
+            except Exception:  # noqa: BLE001 - the full validator words the problems
+                pass
+        return self._validate(call, spec, args)
 
     def _refused(self, call: _Call) -> ToolResult | None:
         """A call the counters did not admit: over budget, blocked or busy."""
@@ -203,17 +224,16 @@ class Pipeline:
         return NOT_JSON
 
     # -- dispatch, classify, verify, retry -------------------------------------------------
-    def _attempts(self, call: _Call) -> Generator[Step, Any, _Value | Failure]:
-        """Run the tool until it succeeds or its failure is final; transient ones retry
-        inside the wrapper (backoff, Retry-After), before the model ever sees them."""
+    def _attempts(self, call: _Call, reply: _Value | _Raised
+                  ) -> Generator[Step, Any, _Value | Failure]:
+        """From the first attempt's ``reply``: run the tool until it succeeds or its failure
+        is final; transient ones retry inside the wrapper (backoff, Retry-After), before the
+        model ever sees them."""
         g = self._g
         retries = 0
         loop_started = waited = 0.0
         while True:
-            call.attempts += 1
-            call.dispatched = True
-            reply = yield DISPATCH
-            if isinstance(reply, _Value):  # a returned error is final: it is not retried
+            if type(reply) is _Value:  # a returned error is final: it is not retried
                 returned = self._returned_error(call, reply.value)
                 return reply if returned is None else returned
             else:
@@ -240,6 +260,9 @@ class Pipeline:
             waited += delay
             left = self.left(call)
             yield Sleep(delay if left is None else max(0.0, min(delay, left)))
+            call.attempts += 1
+            call.dispatched = True
+            reply = yield DISPATCH
 
     def _retryable(self, failure: Failure) -> bool:
         g = self._g
@@ -342,7 +365,7 @@ class Pipeline:
             if cycle:
                 return g._ladder.no_progress(call, cycle)
         fp = call.fingerprint
-        return ToolResult(spec.name, True, text, data, call.attempts, call.call_id, None,
+        return new_result(spec.name, True, text, data, call.attempts, call.call_id, None,
                           call.fp or fp or "")
 
     def fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
@@ -421,22 +444,32 @@ class Pipeline:
         return self.fail(call, failure, count=False)
 
 
-class _Lazy:
-    """The fingerprint of one call's arguments, computed only if someone asks."""
+class _Deferred(LazyFingerprint):
+    """The fingerprint of one call's arguments, computed only if someone asks (one object
+    per call instead of a lazy fingerprint around a closure)."""
 
-    __slots__ = ("args", "spec")
+    __slots__ = ("_args", "_spec")
 
     def __init__(self, spec: ToolSpec, args: dict[str, Any]) -> None:
-        self.spec, self.args = spec, args
+        self._value = None
+        self._compute = None
+        self._spec, self._args = spec, args
 
     def __call__(self) -> str:
-        try:
-            return fingerprint(self.spec.name, self.args, self.spec.normalizers)
-        except (ValueError, TypeError, RecursionError):
-            # Not reachable for arguments _plain accepted; a store must never see a raise.
-            basis = echo_args(self.args)
-            return hashlib.sha256(f"__invalid__\x00{self.spec.name}\x00{basis}".encode(
-                "utf-8", "surrogatepass")).hexdigest()
+        value = self._value
+        if value is None:
+            value = self._value = _fingerprint_of(self._spec, self._args)
+        return value
+
+
+def _fingerprint_of(spec: ToolSpec, args: dict[str, Any]) -> str:
+    try:
+        return fingerprint(spec.name, args, spec.normalizers)
+    except (ValueError, TypeError, RecursionError):
+        # Not reachable for arguments _plain accepted; a store must never see a raise.
+        basis = echo_args(args)
+        return hashlib.sha256(f"__invalid__\x00{spec.name}\x00{basis}".encode(
+            "utf-8", "surrogatepass")).hexdigest()
 
 
 _SCALARS = (int, bool, type(None))
@@ -474,33 +507,46 @@ def _plain(args: dict[str, Any]) -> bool:
 
 def _parse_json(call: _Call, raw: str | bytes | bytearray) -> Any:
     text = raw.decode("utf-8", "replace") if not isinstance(raw, str) else raw
-    if not text.strip():
-        return {}
     if len(text) > _MAX_JSON_CHARS:
         call.shadow["json_reason"] = (f"the arguments are too large ({len(text)} "
                                       f"characters; the limit is {_MAX_JSON_CHARS})")
         return NOT_JSON
     try:
-        parsed = json.loads(text, parse_constant=_reject_constant)
+        # pydantic-core's parser: about three times json.loads on a tool's arguments, and
+        # the same values wherever it accepts the text.  What it refuses (NaN, lone
+        # surrogates, depth, bad JSON) the standard parser decides and words, as before.
+        parsed = _from_json(text, allow_inf_nan=False)
+    except ValueError:
+        parsed = _parse_json_slowly(call, text)
+    if type(parsed) is dict or parsed is NOT_JSON:
+        return parsed
+    call.shadow["json_reason"] = (
+        f"the arguments must be a JSON object, not {type(parsed).__name__}"
+    )
+    return NOT_JSON
+
+
+def _parse_json_slowly(call: _Call, text: str) -> Any:
+    """The standard library's verdict and words, for text the fast parser refused."""
+    if not text.strip():
+        return {}
+    try:
+        return _DECODER.decode(text)
     except RecursionError:
         call.shadow["json_reason"] = "the arguments are nested too deeply"
-        return NOT_JSON
     except ValueError as exc:
         msg = getattr(exc, "msg", str(exc))
         pos = getattr(exc, "pos", None)
         where = f" at character {pos}" if pos is not None else ""
         call.shadow["json_reason"] = f"the arguments are not valid JSON ({msg}{where})"
-        return NOT_JSON
-    if not isinstance(parsed, dict):
-        call.shadow["json_reason"] = (
-            f"the arguments must be a JSON object, not {type(parsed).__name__}"
-        )
-        return NOT_JSON
-    return parsed
+    return NOT_JSON
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _first_wait(backoff: Any, failure: Failure) -> float:

@@ -99,7 +99,7 @@ def repeats(history: list[Any], longest: int, times: int = 2) -> int:
     """
     size = len(history)
     last = history[-1] if size else _BREAK
-    if last is _BREAK:
+    if last is _BREAK or history.count(last) < times:  # a cycle repeats its last entry
         return 0
     for length in range(1, min(longest, size // times) + 1):
         if history[-1 - length] != last:

@@ -58,10 +58,21 @@ _MESSAGE_KEYS = ("error", "errors", "message", "msg", "detail", "details", "erro
                  "reason", "description")
 
 
+#: Result keys seen without a status suffix: a tool returns the same keys on every call,
+#: so after the first result each key costs one set lookup instead of four suffix tests.
+_PLAIN_KEYS: set[str] = set()
+_PLAIN_KEYS_MAX = 4096
+
+
 def _status_suffixed(mapping: dict[Any, Any]) -> bool:
-    for key in mapping:  # noqa: SIM110 - a plain loop: no generator on every success
-        if type(key) is str and key.endswith(_STATUS_SUFFIXES):
+    plain = _PLAIN_KEYS
+    for key in mapping:
+        if type(key) is not str or key in plain:
+            continue
+        if key.endswith(_STATUS_SUFFIXES):
             return True
+        if len(plain) < _PLAIN_KEYS_MAX and len(key) <= 64:
+            plain.add(key)
     return False
 
 
@@ -103,8 +114,15 @@ def default_error_result(value: Any) -> str | None:
     ``Error:``.
     """
     kind = type(value)
-    if kind is dict and _QUICK_KEYS.isdisjoint(value) and not _status_suffixed(value):
-        return None  # the common case, decided without walking much
+    if kind is dict and _QUICK_KEYS.isdisjoint(value):  # the common case, decided cheaply
+        plain = _PLAIN_KEYS
+        for key in value:
+            if type(key) is str and key not in plain:
+                break
+        else:
+            return None  # every key seen before, none with a status suffix
+        if not _status_suffixed(value):
+            return None
     if kind in (int, float, bool, list, tuple) or value is None:
         return None
     if isinstance(value, str):

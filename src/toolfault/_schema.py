@@ -199,19 +199,30 @@ class PydanticValidator:
         numbers = tuple(name for name, prop in props.items()
                         if '"number"' in repr(prop).replace("'", '"') or "$ref" in repr(prop))
         self._numbers = numbers
-        if numbers:
-            def validate_kept(args: dict[str, Any]) -> dict[str, Any]:
-                return _keep_sent_in(args, raw_validate(args), numbers)
-
-            self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = validate_kept
-        else:
-            self.fast_validate = raw_validate
+        self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = (
+            self._validate_kept if numbers else raw_validate)
         self.schema.pop("additionalProperties", None) if extra_allowed else None
         if not extra_allowed:
             self.schema["additionalProperties"] = False
         _add_defaults(self.schema["properties"], sig)
         self.params = tuple(fields)
         self.required = frozenset(n for n, f in fields.items() if get_origin(f) is Required)
+
+    def _validate_kept(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Validated arguments, numbers as sent (raises pydantic's ValidationError).
+        :func:`_keep_sent_in`, with a float parameter sent a float decided inline."""
+        validated: dict[str, Any] = self._validate(args)
+        for name in self._numbers:
+            value = validated.get(name)
+            if type(value) is float:
+                given = args.get(name)
+                if type(given) is int and given == value:
+                    validated[name] = given
+            elif value is not None and name in args:
+                kept = _keep_sent(args[name], value, 1)
+                if kept is not value:
+                    validated[name] = kept
+        return validated
 
     def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
         try:
@@ -317,13 +328,20 @@ class JsonSchemaValidator:
 
 def _keep_sent_in(sent: dict[str, Any], validated: dict[str, Any],
                   names: tuple[str, ...]) -> dict[str, Any]:
-    """:func:`_keep_sent` for the named parameters of a freshly validated dict (in place)."""
+    """:func:`_keep_sent` for the named parameters of a freshly validated dict (in place).
+    A float parameter sent a float (the usual case) is decided inline."""
     for name in names:
-        if name in sent and name in validated:
-            value = validated[name]
-            kept = _keep_sent(sent[name], value, 1)
-            if kept is not value:
-                validated[name] = kept
+        if name not in sent or name not in validated:
+            continue
+        value = validated[name]
+        given = sent[name]
+        if type(value) is float:
+            if type(given) is int and given == value:
+                validated[name] = given
+            continue
+        kept = _keep_sent(given, value, 1)
+        if kept is not value:
+            validated[name] = kept
     return validated
 
 

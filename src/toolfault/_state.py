@@ -168,6 +168,11 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
 # -- MemoryStore ---------------------------------------------------------------------------
 
 
+#: Builds an admitting :class:`Admission` on the hot path (a NamedTuple's own ``__new__``
+#: is a Python-level call; ``tuple.__new__`` is not).
+_new_tuple = tuple.__new__
+
+
 class _Turn:
     """Counters of one (task, turn)."""
 
@@ -283,7 +288,7 @@ class MemoryStore:
             if lease is not None:
                 turn.lone = request
                 turn.lone_expires = now + lease
-            return Admission(0, None, False, calls, spend)
+            return _new_tuple(Admission, (0, None, False, calls, spend, None, False))
 
     def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float,
                      limits: tuple[float | None, float | None, float | None]) -> Admission:
@@ -319,7 +324,7 @@ class MemoryStore:
             spend = task.spend = spend + cost
         if lease is not None:
             turn.pending.setdefault(fp, {})[request] = now + lease
-        return Admission(failures, code, False, calls, spend)
+        return _new_tuple(Admission, (failures, code, False, calls, spend, None, False))
 
     @staticmethod
     def _resolve(turn: _Turn, now: float) -> None:
@@ -792,6 +797,8 @@ class DegradingStore:
         # The Store surface, bound once (no per-call dispatch).
         self.admit = counters.admit
         self.settle = counters.settle
+        if type(primary) is MemoryStore:  # in-process: it has no outage to survive
+            self.admit, self.settle = primary.admit, primary.settle
         self.record_failure = counters.record_failure
         self.clear_failures = counters.clear_failures
         self.refund = counters.refund
