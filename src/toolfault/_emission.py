@@ -49,17 +49,14 @@ class Emitter:
             return result
         redactor = g.redactor
         args = call.args
-        event = _trace.CallEvent(
-            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g._turn,
-            fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
-            outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
-            attempts=result.attempts, dispatched=call.dispatched,
-            error_tokens=0 if result.ok else g.count_tokens(result.text), mode=g.mode,
-            args=(lambda: redactor.value(args)) if isinstance(args, dict) else None,
-            side_effect=bool(call.spec and call.spec.side_effect),
-            duration_s=time.monotonic() - call.started,
-            shadow=redactor.value(dict(call.shadow)) if call.shadow else None,
-            at=time.time(),
+        spec = call.spec
+        event = _trace.CallEvent._emitted(
+            redactor, result.tool, result.call_id, g.task_id, g._turn,
+            lambda: result.fingerprint, result, call.dispatched,
+            0 if result.ok else g.count_tokens(result.text), g.mode,
+            (lambda: redactor.value(args)) if isinstance(args, dict) else None,
+            spec is not None and bool(spec.side_effect), time.monotonic() - call.started,
+            redactor.value(dict(call.shadow)) if call.shadow else None, time.time(),
         )
         if tracing:
             content = redactor.secrets(json.dumps(event.args, default=str)) \

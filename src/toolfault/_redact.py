@@ -168,10 +168,15 @@ def _skeleton(text: str) -> str:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters grow when lower-cased: ASCII only
         lowered = text.translate(_ASCII_LOWER)
+    if "\\" not in lowered:  # whitespace runs only: str.split's whitespace is re's \s
+        return "".join(lowered.split())
     return _SEPARATORS.sub("", lowered)
 
 
 _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+#: The characters of a finite number's JSON text (``-1.5e+16``).
+_NUMBER_CHARS = frozenset("0123456789.+-e")
+_NON_FINITE = {"nan": "nan", "inf": "infinity", "-inf": "-infinity"}  # lower-cased, as forms
 
 
 def _base64_cores(value: bytes) -> set[str]:
@@ -202,6 +207,11 @@ def secret_forms(secret: str) -> set[str]:
     for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret),
                    urllib.parse.quote_plus(secret)):
         forms.add(quoted)
+    # JSON-unescaped: a string that JSON-escapes to the secret spells it in JSON text.
+    try:
+        forms.add(json.loads(f'"{secret}"'))
+    except ValueError:
+        pass
     raw = secret.encode("utf-8", "surrogatepass")
     forms |= _base64_cores(raw)
     return forms
@@ -210,11 +220,13 @@ def secret_forms(secret: str) -> set[str]:
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("__weakref__", "_clean", "_forms", "_secrets", "_shortest")
+    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_secrets", "_shortest")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
         self._secrets: set[str] = set()
         self._forms: tuple[str, ...] = ()
+        #: The forms a number's JSON text could hold (see :meth:`_number_holds`).
+        self._numeric: tuple[str, ...] = ()
         #: Below this length no registered form and no shape can occur.
         self._shortest = SHORTEST_SHAPE
         #: Short strings already found clean under the current forms (replaced, never
@@ -244,6 +256,8 @@ class Redactor:
         self._forms = tuple(sorted(forms, key=len, reverse=True))
         self._shortest = min(SHORTEST_SHAPE, len(self._forms[-1])) if self._forms \
             else SHORTEST_SHAPE
+        self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
+                              or f in "-infinity")
         self._clean = set()  # after the forms: whoever sees the new set sees the new forms
 
     def _registered(self, text: str) -> str:
@@ -310,6 +324,13 @@ class Redactor:
             clean.add(text)
         return out
 
+    def _number_holds(self, number: int | float) -> bool:
+        """Whether a number's JSON text holds a registered secret (a PIN, a card number)."""
+        text = repr(number)
+        if text in _NON_FINITE:  # as JSON writes them: NaN, Infinity, -Infinity
+            text = _NON_FINITE[text]
+        return any(form in text for form in self._numeric)
+
     def prose(self, text: str, *, allow: Iterable[str] = ()) -> str:
         """Redact secrets, then paths, URLs, hosts, addresses and SQL: for reasons.
 
@@ -349,7 +370,8 @@ class Redactor:
         if kind is bool or value is None:
             return value
         if kind is int or kind is float:
-            return REDACTED if _secret else value
+            return REDACTED if _secret or (self._numeric and self._number_holds(value)) \
+                else value
         if _depth > 64:
             return "…"
         if kind is dict or isinstance(value, Mapping):
@@ -379,6 +401,7 @@ class Redactor:
         case: a tool's flat arguments) instead of one recursive call each."""
         secrets = self.secrets
         clean = self._clean  # exact strs only below; one set for the whole mapping
+        numeric = self._numeric
         out: dict[str, Any] = {}
         for k, v in value.items():
             if type(k) is str:
@@ -395,7 +418,8 @@ class Redactor:
             elif v is None or kind is bool:
                 out[shown] = v
             elif kind is int or kind is float:
-                out[shown] = REDACTED if secret or _is_secret_key(name) else v
+                out[shown] = REDACTED if secret or _is_secret_key(name) or (
+                    numeric and self._number_holds(v)) else v
             else:
                 out[shown] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
         return out

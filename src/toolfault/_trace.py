@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
+from toolfault._redact import Redactor
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -44,7 +45,7 @@ class CallEvent:
     resolved on first read, so an observer that only counts calls costs almost nothing.
     """
 
-    __slots__ = tuple(f"_{name}" for name in _FIELDS)
+    __slots__ = (*(f"_{name}" for name in _FIELDS), "_by")
 
     def __init__(
         self, *, tool: str, call_id: str, task: str, turn: int,
@@ -61,18 +62,26 @@ class CallEvent:
         self._args, self._side_effect, self._duration_s = args, side_effect, duration_s
         self._shadow = shadow if shadow is not None else {}
         self._at = at
+        #: The Redactor that already redacted ``args`` and ``shadow`` (None: nobody said so).
+        self._by: Redactor | None = None
 
     @classmethod
-    def _success(cls, tool: str, call_id: str, task: str, turn: int, fingerprint: Any,
-                 mode: str, args: Any, duration_s: float, at: float) -> CallEvent:
-        """A first-attempt success, built without keyword binding (the guard's hot path)."""
+    def _emitted(cls, by: Redactor, tool: str, call_id: str, task: str, turn: int,
+                 fingerprint: Any, result: Any, dispatched: bool, error_tokens: int,
+                 mode: str, args: Any, side_effect: bool, duration_s: float,
+                 shadow: dict[str, Any] | None, at: float) -> CallEvent:
+        """An event whose args and shadow ``by`` redacted, built without keyword binding
+        (the emitter's hot path); ``result`` gives ok, code, outcome, terminal, blocked and
+        attempts."""
         event = cls.__new__(cls)
         event._tool, event._call_id, event._task, event._turn = tool, call_id, task, turn
-        event._fingerprint, event._ok, event._code = fingerprint, True, None
-        event._outcome, event._terminal, event._blocked = Outcome.NO_EFFECT, False, False
-        event._attempts, event._dispatched, event._error_tokens = 1, True, 0
-        event._mode, event._args, event._side_effect = mode, args, False
-        event._duration_s, event._shadow, event._at = duration_s, {}, at
+        event._fingerprint, event._ok, event._code = fingerprint, result.ok, result.code
+        event._outcome, event._terminal = result.outcome, result.terminal
+        event._blocked, event._attempts = result.blocked, result.attempts
+        event._dispatched, event._error_tokens = dispatched, error_tokens
+        event._mode, event._args, event._side_effect = mode, args, side_effect
+        event._duration_s, event._at, event._by = duration_s, at, by
+        event._shadow = shadow if shadow is not None else {}
         return event
 
     def _lazy(self, name: str) -> Any:
@@ -145,6 +154,44 @@ class CallEvent:
         )
 
 
+    def _redacted_jsonl(self, secrets: Callable[[str], str]) -> str:
+        """:meth:`to_jsonl` with every text field passed through ``secrets`` one by one, for
+        an event whose args and shadow are redacted already (by that same redactor).
+
+        Equal to redacting the whole line, without a pass over the line: field names are
+        fixed words, the fingerprint is a hash, the numbers are counters and clocks, and
+        ``Redactor.value`` already checked every string, key and number of the arguments.
+        """
+        code = self._code
+        return (
+            f'{{"tool": {_text(self._tool, secrets)}, '
+            f'"call_id": {_text(self._call_id, secrets)}, '
+            f'"task": {_text(self._task, secrets)}, "turn": {_json(self._turn)}, '
+            f'"fingerprint": {_text(self.fingerprint, _kept)}, "ok": {_json(self._ok)}, '
+            f'"code": {"null" if code is None else _text(code, secrets)}, '
+            f'"outcome": {_text(self._outcome.value, secrets)}, '
+            f'"terminal": {_json(self._terminal)}, "blocked": {_json(self._blocked)}, '
+            f'"attempts": {_json(self._attempts)}, "dispatched": {_json(self._dispatched)}, '
+            f'"error_tokens": {_json(self._error_tokens)}, '
+            f'"mode": {_text(self._mode, secrets)}, '
+            f'"args": {_json(self.args)}, "side_effect": {_json(self._side_effect)}, '
+            f'"duration_s": {_json(self._duration_s)}, '
+            f'"shadow": {_json(dict(self._shadow)) if self._shadow else "{}"}, '
+            f'"at": {_json(self._at)}, "type": "call"}}'
+        )
+
+
+def _kept(text: str) -> str:
+    return text
+
+
+def _text(value: Any, secrets: Callable[[str], str]) -> str:
+    """A text field's JSON, redacted; anything else as JSON text, then redacted."""
+    if type(value) is str:
+        return _quote(secrets(value))
+    return secrets(_json(value))
+
+
 class CallObserver(Protocol):
     """A hook called after every guarded call (keep it fast; exceptions are swallowed)."""
 
@@ -199,6 +246,11 @@ class JsonlSink:
                  flush_interval: float = 1.0) -> None:
         #: The single exit of the trace channel: every line passes through ``redact``.
         self._redact = redact
+        #: When ``redact`` is a Redactor's ``secrets``: that Redactor.  A call line of an event
+        #: it already redacted is redacted field by field (the same text, far cheaper).
+        owner = getattr(redact, "__self__", None)
+        self._redactor = owner if isinstance(owner, Redactor) and \
+            getattr(redact, "__func__", None) is Redactor.secrets else None
         self._lock = threading.Lock()
         self._interval = flush_interval
         self._timer: threading.Timer | None = None
@@ -216,10 +268,13 @@ class JsonlSink:
         self._line(_dumps(record), now=record.get("type") != "call")
 
     def __call__(self, event: CallEvent) -> None:
-        self._line(event.to_jsonl(), now=False)
+        if event._by is not None and event._by is self._redactor:
+            self._line(event._redacted_jsonl(self._redactor.secrets), now=False, done=True)
+        else:
+            self._line(event.to_jsonl(), now=False)
 
-    def _line(self, line: str, *, now: bool) -> None:
-        if self._redact is not None:
+    def _line(self, line: str, *, now: bool, done: bool = False) -> None:
+        if self._redact is not None and not done:
             line = self._redact(line)
         with self._lock:
             if self._closed:
