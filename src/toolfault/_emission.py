@@ -48,27 +48,39 @@ class Emitter:
         if not g._observers and not tracing:
             return result
         redactor = g.redactor
-        args = call.args
-        spec = call.spec
-        event = _trace.CallEvent._emitted(
-            redactor, result.tool, result.call_id, g.task_id, g._turn,
-            lambda: result.fingerprint, result, call.dispatched,
-            0 if result.ok else g.count_tokens(result.text), g.mode,
-            (lambda: redactor.value(args)) if isinstance(args, dict) else None,
-            spec is not None and bool(spec.side_effect), time.monotonic() - call.started,
-            redactor.value(dict(call.shadow)) if call.shadow else None, time.time(),
-        )
+        now, duration = time.time(), time.monotonic() - call.started
         if tracing:
-            content = redactor.secrets(json.dumps(event.args, default=str)) \
-                if g.capture_content else None
-            adm, limits = call.admission, g.limits
-            budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend} \
-                if adm is not None and (limits.max_calls_per_turn is not None
-                                        or limits.max_spend_per_task is not None) else None
-            _trace.record_tool_span(event, content=content, result=(
-                redactor.secrets(result.text) if g.capture_content else None), budget=budget)
-        _trace.safe_notify(g._observers, event)
+            self._span(call, result, now, duration)
+        observers = g._observers
+        if observers:
+            args, spec = call.args, call.spec
+            event = _trace.CallEvent._emitted(
+                redactor, result.tool, result.call_id, g.task_id, g._turn,
+                lambda: result.fingerprint, result, call.dispatched,
+                0 if result.ok else g.count_tokens(result.text), g.mode,
+                (lambda: redactor.value(args)) if isinstance(args, dict) else None,
+                spec is not None and bool(spec.side_effect), duration,
+                redactor.value(dict(call.shadow)) if call.shadow else None, now,
+            )
+            _trace.safe_notify(observers, event)
         return result
+
+    def _span(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
+        """The call's OpenTelemetry span (content only when the user opted in)."""
+        g = self._g
+        content = text = budget = None
+        if g.capture_content:
+            redactor = g.redactor
+            args = redactor.value(call.args) if isinstance(call.args, dict) else None
+            content = redactor.secrets(json.dumps(args, default=str))
+            text = redactor.secrets(result.text)
+        adm, limits = call.admission, g.limits
+        if adm is not None and (limits.max_calls_per_turn is not None
+                                or limits.max_spend_per_task is not None):
+            budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend}
+        _trace.record_span(result.tool, result.call_id, result.fingerprint, result.attempts,
+                           g.mode, result, now, duration, content=content, result=text,
+                           budget=budget)
 
     def incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
         """Record an incident (the shared store, else the local fallback) and trace it."""

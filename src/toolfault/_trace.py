@@ -380,26 +380,48 @@ def finish_tool_span(span: PendingSpan, event: CallEvent, *, result: str | None 
 def record_tool_span(event: CallEvent, *, content: str | None = None,
                      result: str | None = None, budget: dict[str, float] | None = None
                      ) -> None:
+    """One ``execute_tool`` span per the GenAI semantic conventions, for a finished call
+    (see :func:`record_span`)."""
+    record_span(event._tool, event._call_id, event.fingerprint, event._attempts,
+                event._mode, event, event._at, event._duration_s, content=content,
+                result=result, budget=budget)
+
+
+class _Outcome(Protocol):
+    """What a span says about a failure (a CallEvent or a ToolResult)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def terminal(self) -> bool: ...
+    @property
+    def blocked(self) -> bool: ...
+
+
+def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: str,
+                done: _Outcome, at: float, duration_s: float, *, content: str | None = None,
+                result: str | None = None, budget: dict[str, float] | None = None) -> None:
     """One ``execute_tool`` span per the GenAI semantic conventions, for a finished call.
 
     Every attribute is known by now, so the SDK is handed them once, at the start, and the
-    span is back-dated to cover the call (``event.at - event.duration_s`` to ``event.at``).
-    The SDK checks each attribute (about a microsecond apiece), so a success carries only what
-    says something about it: ``toolfault.outcome``, ``.terminal`` and ``.blocked`` describe
-    failures and are set on failed calls only (absent means ``false``).
+    span is back-dated to cover the call (``at - duration_s`` to ``at``).  The SDK checks
+    each attribute (about a microsecond apiece), so a success carries only what says
+    something about it: ``toolfault.outcome``, ``.terminal`` and ``.blocked`` describe
+    failures and are set on failed calls only (absent means ``false``).  No event is needed:
+    a guard with no observers builds none.
     """
     otel = sys.modules.get(_OTEL)
     if otel is None:
         return
-    tool, ok = event._tool, event._ok  # slots, not properties: this runs on every call
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool,
-        "gen_ai.tool.call.id": event._call_id,
-        "gen_ai.tool.type": "function",
-        "toolfault.fingerprint": event.fingerprint,
-        "toolfault.attempts": event._attempts,
-        "toolfault.mode": event._mode,
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function",
+        "toolfault.fingerprint": fingerprint, "toolfault.attempts": attempts,
+        "toolfault.mode": mode,
     }
     if budget:
         for key, value in budget.items():
@@ -408,15 +430,15 @@ def record_tool_span(event: CallEvent, *, content: str | None = None,
         attributes["gen_ai.tool.call.arguments"] = content
     if result is not None:
         attributes["gen_ai.tool.call.result"] = result
+    ok = done.ok
     if not ok:
-        code = event._code or "tool_error"
+        code = done.code or "tool_error"
         attributes["error.type"] = attributes["toolfault.code"] = code
-        attributes["toolfault.outcome"] = event._outcome.value
-        attributes["toolfault.terminal"] = event._terminal
-        attributes["toolfault.blocked"] = event._blocked
-    at = event._at
+        attributes["toolfault.outcome"] = done.outcome.value
+        attributes["toolfault.terminal"] = done.terminal
+        attributes["toolfault.blocked"] = done.blocked
     end = int(at * 1e9) if at else None
-    start = end - int(event._duration_s * 1e9) if end is not None else None
+    start = end - int(duration_s * 1e9) if end is not None else None
     span = _tracer(otel).start_span(f"execute_tool {tool}", attributes=attributes,
                                     start_time=start)
     if not ok:
