@@ -120,7 +120,19 @@ _GATES: tuple[str | tuple[str, ...] | None, ...] = (
     ":\\",
     ".",
 )
-_SQL_VERBS = ("select", "insert", "delete", "update")
+
+
+def _gate_open(gate: tuple[str, ...] | None, text: str) -> bool:
+    """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs gate)."""
+    if gate is None:
+        if not text.isascii():
+            return True
+        low = text.lower()
+        return "select" in low or "insert" in low or "delete" in low or "update" in low
+    for literal in gate:  # noqa: SIM110 - no generator frame: this runs per pattern
+        if literal in text:
+            return True
+    return False
 
 _GATED = tuple(zip(INTERNAL_PATTERNS, _GATES, strict=True))
 
@@ -345,10 +357,7 @@ class Redactor:
             if isinstance(gate, str):
                 if gate not in text:
                     continue
-            elif gate is None:
-                if text.isascii() and not any(v in text.lower() for v in _SQL_VERBS):
-                    continue
-            elif not any(literal in text for literal in gate):
+            elif not _gate_open(gate, text):
                 continue
             text = pattern.sub(word, text)
         for i, original in enumerate(kept):
@@ -374,13 +383,26 @@ class Redactor:
                 else value
         if _depth > 64:
             return "…"
-        if kind is dict or isinstance(value, Mapping):
+        if kind is dict:
+            return self._mapping(value, _depth, _secret)
+        if kind is list or kind is tuple:
+            return self._sequence(value, _depth, _secret)
+        if isinstance(value, Mapping):
             return self._mapping(value, _depth, _secret)
         if isinstance(value, (list, tuple)):
-            secrets, inner = self.secrets, self.value
-            return [(REDACTED if _secret else secrets(v)) if type(v) is str
-                    else inner(v, _depth=_depth + 1, _secret=_secret) for v in value]
+            return self._sequence(value, _depth, _secret)
         return REDACTED if _secret else self._other(value)
+
+    def _sequence(self, value: Iterable[Any], depth: int, secret: bool) -> list[Any]:
+        """:meth:`value` of a list or tuple (members at ``depth + 1``); clean short strings
+        are answered from memory without a call."""
+        inner = self.value
+        if secret:
+            return [REDACTED if type(v) is str else inner(v, _depth=depth + 1, _secret=True)
+                    for v in value]
+        clean, secrets = self._clean, self.secrets
+        return [(v if v in clean else secrets(v)) if type(v) is str
+                else inner(v, _depth=depth + 1) for v in value]
 
     def _other(self, value: Any) -> Any:
         """Subclasses of scalars, bytes, and any other object (by its redacted ``repr``)."""
@@ -420,6 +442,8 @@ class Redactor:
             elif kind is int or kind is float:
                 out[shown] = REDACTED if secret or _is_secret_key(name) or (
                     numeric and self._number_holds(v)) else v
+            elif kind is list and depth < 64:  # value(v, key=name, _depth=depth + 1), inline
+                out[shown] = self._sequence(v, depth + 1, secret or _is_secret_key(name))
             else:
                 out[shown] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
         return out
