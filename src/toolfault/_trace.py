@@ -162,34 +162,24 @@ class CallEvent:
         fixed words, the fingerprint is a hash, the numbers are counters and clocks, and
         ``Redactor.value`` already checked every string, key and number of the arguments.
         """
-        code = self._code
-        return (
-            f'{{"tool": {_text(self._tool, secrets)}, '
-            f'"call_id": {_text(self._call_id, secrets)}, '
-            f'"task": {_text(self._task, secrets)}, "turn": {_json(self._turn)}, '
-            f'"fingerprint": {_text(self.fingerprint, _kept)}, "ok": {_json(self._ok)}, '
-            f'"code": {"null" if code is None else _text(code, secrets)}, '
-            f'"outcome": {_text(self._outcome.value, secrets)}, '
-            f'"terminal": {_json(self._terminal)}, "blocked": {_json(self._blocked)}, '
-            f'"attempts": {_json(self._attempts)}, "dispatched": {_json(self._dispatched)}, '
-            f'"error_tokens": {_json(self._error_tokens)}, '
-            f'"mode": {_text(self._mode, secrets)}, '
-            f'"args": {_json(self.args)}, "side_effect": {_json(self._side_effect)}, '
-            f'"duration_s": {_json(self._duration_s)}, '
-            f'"shadow": {_json(dict(self._shadow)) if self._shadow else "{}"}, '
-            f'"at": {_json(self._at)}, "type": "call"}}'
-        )
+        code, shadow = self._code, self._shadow
+        return _dumps({
+            "tool": _redacted(self._tool, secrets), "call_id": _redacted(self._call_id, secrets),
+            "task": _redacted(self._task, secrets), "turn": self._turn,
+            "fingerprint": self.fingerprint, "ok": self._ok,
+            "code": None if code is None else _redacted(code, secrets),
+            "outcome": self._outcome.value, "terminal": self._terminal,
+            "blocked": self._blocked, "attempts": self._attempts,
+            "dispatched": self._dispatched, "error_tokens": self._error_tokens,
+            "mode": _redacted(self._mode, secrets), "args": self.args,
+            "side_effect": self._side_effect, "duration_s": self._duration_s,
+            "shadow": dict(shadow) if shadow else {}, "at": self._at, "type": "call",
+        })
 
 
-def _kept(text: str) -> str:
-    return text
-
-
-def _text(value: Any, secrets: Callable[[str], str]) -> str:
-    """A text field's JSON, redacted; anything else as JSON text, then redacted."""
-    if type(value) is str:
-        return _quote(secrets(value))
-    return secrets(_json(value))
+def _redacted(value: Any, secrets: Callable[[str], str]) -> str:
+    """A text field, redacted; anything else by its JSON text (``default=str``), redacted."""
+    return secrets(value if type(value) is str else _json(value))
 
 
 class CallObserver(Protocol):
