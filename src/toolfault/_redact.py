@@ -387,11 +387,15 @@ class Redactor:
             return self._mapping(value, _depth, _secret)
         if kind is list or kind is tuple:
             return self._sequence(value, _depth, _secret)
+        return self._uncommon(value, _depth, _secret)
+
+    def _uncommon(self, value: Any, depth: int, secret: bool) -> Any:
+        """:meth:`value` of other mappings and sequences, and of any other object."""
         if isinstance(value, Mapping):
-            return self._mapping(value, _depth, _secret)
+            return self._mapping(value, depth, secret)
         if isinstance(value, (list, tuple)):
-            return self._sequence(value, _depth, _secret)
-        return REDACTED if _secret else self._other(value)
+            return self._sequence(value, depth, secret)
+        return REDACTED if secret else self._other(value)
 
     def _sequence(self, value: Iterable[Any], depth: int, secret: bool) -> list[Any]:
         """:meth:`value` of a list or tuple (members at ``depth + 1``); clean short strings
