@@ -379,3 +379,21 @@ def test_the_skeleton_drops_the_same_whitespace_as_the_separator_pattern() -> No
     # A trailing backslash escapes nothing but sends _skeleton down the regex: the reference.
     assert _skeleton(text) == _skeleton(text + "\\")[:-1]
     assert len(_skeleton(text)) < len(text) - 20
+
+
+_SHAPE_PIECES = st.sampled_from([
+    "sk-", "sk-proj-", "abcdefghijklmnopqrstuvwxyz", "AKIA", "ASIA", "IOSFODNN7EXAMPLE0123",
+    "eyJ", "eyJhbGciOi", ".", "Bearer ", "bEaReR\t", "ghp_", "gho_", "xoxb-", "token=",
+    "-----BEGIN RSA PRIVATE KEY-----", "_", "-", "=", "IA", " ", "x", "0",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(_SHAPE_PIECES, max_size=8))
+def test_the_literal_gate_never_skips_a_credential_shape(parts: list[str]) -> None:
+    """Whenever a credential shape matches, the cheap literal gate lets the text through."""
+    from toolfault._redact import _ANY_SECRET, _may_hold_secret
+
+    text = "".join(parts)
+    if _ANY_SECRET.search(text):
+        assert _may_hold_secret(text)
