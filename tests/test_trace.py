@@ -321,3 +321,25 @@ def test_an_event_no_redactor_vouches_for_is_redacted_as_a_whole_line() -> None:
     out = io.StringIO()
     JsonlSink(out, redact=lambda line: line.replace("x", "?"))(_event())  # type: ignore[arg-type]
     assert json.loads(out.getvalue())["args"] == {"q": "?"}
+
+
+def test_the_trace_alone_writes_the_line_an_observed_guard_writes() -> None:
+    """With no other observer the guard writes its call line straight from the call; with
+    one it goes through a CallEvent: the lines are the same (clocks and ids aside)."""
+    import io
+
+    lines = []
+    for observers in ([], [lambda event: None]):
+        out = io.StringIO()
+        guard = _guard(trace=out, observers=observers, secrets=["tok_live_123456"])
+        guard.call("charge", {"card": "tok_live_123456", "amount": 5}, call_id="c1")
+        guard.call("charge", {"card": "4242", "amount": -1, "password": 7}, call_id="c2")
+        guard.close()
+        records = [json.loads(line) for line in out.getvalue().splitlines()]
+        for record in records:
+            assert record.pop("duration_s") >= 0 and record.pop("at") > 0
+            record.pop("task")
+        lines.append(records)
+    assert lines[0] == lines[1]
+    assert lines[0][0]["args"] == {"card": "[REDACTED]", "amount": 5}
+    assert lines[0][1]["args"]["password"] == "[REDACTED]" and not lines[0][1]["ok"]

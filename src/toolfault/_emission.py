@@ -47,23 +47,41 @@ class Emitter:
         tracing = _trace.tracing_active()
         if not g._observers and not tracing:
             return result
-        redactor = g.redactor
         now, duration = time.time(), time.monotonic() - call.started
         if tracing:
             self._span(call, result, now, duration)
-        observers = g._observers
-        if observers:
-            args, spec = call.args, call.spec
-            event = _trace.CallEvent._emitted(
-                redactor, result.tool, result.call_id, g.task_id, g._turn,
-                lambda: result.fingerprint, result, call.dispatched,
-                0 if result.ok else g.count_tokens(result.text), g.mode,
-                (lambda: redactor.value(args)) if isinstance(args, dict) else None,
-                spec is not None and bool(spec.side_effect), duration,
-                redactor.value(dict(call.shadow)) if call.shadow else None, now,
-            )
-            _trace.safe_notify(observers, event)
+        if g._observers:
+            self._notify(call, result, now, duration)
         return result
+
+    def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
+        """Tell the observers; with the guard's own trace sink alone, write its line
+        straight from the call (no event to build, nothing resolved lazily)."""
+        g = self._g
+        redactor, observers, sink = g.redactor, g._observers, g._sink
+        args, spec = call.args, call.spec
+        if sink is not None and len(observers) == 1 and observers[0] is sink \
+                and sink._redactor is redactor:
+            try:
+                sink._redacted_call(_trace.call_line(
+                    redactor.secrets, result.tool, result.call_id, g.task_id, g._turn,
+                    result.fingerprint, result, call.dispatched,
+                    0 if result.ok else g.count_tokens(result.text), g.mode,
+                    redactor.value(args) if isinstance(args, dict) else None,
+                    spec is not None and bool(spec.side_effect), duration,
+                    redactor.value(dict(call.shadow)) if call.shadow else None, now))
+            except Exception:  # noqa: BLE001, S110 - as safe_notify: the call goes on
+                pass
+            return
+        event = _trace.CallEvent._emitted(
+            redactor, result.tool, result.call_id, g.task_id, g._turn,
+            lambda: result.fingerprint, result, call.dispatched,
+            0 if result.ok else g.count_tokens(result.text), g.mode,
+            (lambda: redactor.value(args)) if isinstance(args, dict) else None,
+            spec is not None and bool(spec.side_effect), duration,
+            redactor.value(dict(call.shadow)) if call.shadow else None, now,
+        )
+        _trace.safe_notify(observers, event)
 
     def _span(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
         """The call's OpenTelemetry span (content only when the user opted in)."""

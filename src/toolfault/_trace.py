@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -155,26 +155,53 @@ class CallEvent:
 
 
     def _redacted_jsonl(self, secrets: Callable[[str], str]) -> str:
-        """:meth:`to_jsonl` with every text field passed through ``secrets`` one by one, for
-        an event whose args and shadow are redacted already (by that same redactor).
+        """:meth:`to_jsonl` for an event whose args and shadow the redactor behind
+        ``secrets`` already redacted (see :func:`call_line`)."""
+        return call_line(secrets, self._tool, self._call_id, self._task, self._turn,
+                         self.fingerprint, self, self._dispatched, self._error_tokens,
+                         self._mode, self.args, self._side_effect, self._duration_s,
+                         self._shadow, self._at)
 
-        Equal to redacting the whole line, without a pass over the line: field names are
-        fixed words, the fingerprint is a hash, the numbers are counters and clocks, and
-        ``Redactor.value`` already checked every string, key and number of the arguments.
-        """
-        code, shadow = self._code, self._shadow
-        return _dumps({
-            "tool": _redacted(self._tool, secrets), "call_id": _redacted(self._call_id, secrets),
-            "task": _redacted(self._task, secrets), "turn": self._turn,
-            "fingerprint": self.fingerprint, "ok": self._ok,
-            "code": None if code is None else _redacted(code, secrets),
-            "outcome": self._outcome.value, "terminal": self._terminal,
-            "blocked": self._blocked, "attempts": self._attempts,
-            "dispatched": self._dispatched, "error_tokens": self._error_tokens,
-            "mode": _redacted(self._mode, secrets), "args": self.args,
-            "side_effect": self._side_effect, "duration_s": self._duration_s,
-            "shadow": dict(shadow) if shadow else {}, "at": self._at, "type": "call",
-        })
+
+class _Done(Protocol):
+    """What a call line or a span says about how a call ended (a CallEvent or a ToolResult)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def terminal(self) -> bool: ...
+    @property
+    def blocked(self) -> bool: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str, turn: int,
+              fingerprint: str, done: _Done, dispatched: bool, error_tokens: int, mode: str,
+              args: Any, side_effect: bool, duration_s: float, shadow: Mapping[str, Any] | None,
+              at: float) -> str:
+    """A call line (what :meth:`CallEvent.to_jsonl` writes) from ``args`` and ``shadow``
+    already redacted, its text fields redacted here by ``secrets``, one by one.
+
+    Equal to redacting the whole line, without a pass over the line: field names are fixed
+    words, the fingerprint is a hash, the numbers are counters and clocks, and
+    ``Redactor.value`` already checked every string, key and number of the arguments.
+    """
+    code = done.code
+    return _dumps({
+        "tool": _redacted(tool, secrets), "call_id": _redacted(call_id, secrets),
+        "task": _redacted(task, secrets), "turn": turn, "fingerprint": fingerprint,
+        "ok": done.ok, "code": None if code is None else _redacted(code, secrets),
+        "outcome": done.outcome.value, "terminal": done.terminal, "blocked": done.blocked,
+        "attempts": done.attempts, "dispatched": dispatched, "error_tokens": error_tokens,
+        "mode": _redacted(mode, secrets), "args": args, "side_effect": side_effect,
+        "duration_s": duration_s, "shadow": dict(shadow) if shadow else {}, "at": at,
+        "type": "call",
+    })
 
 
 def _redacted(value: Any, secrets: Callable[[str], str]) -> str:
@@ -262,6 +289,11 @@ class JsonlSink:
             self._line(event._redacted_jsonl(self._redactor.secrets), now=False, done=True)
         else:
             self._line(event.to_jsonl(), now=False)
+
+    def _redacted_call(self, line: str) -> None:
+        """Append a call line already redacted field by field with this sink's Redactor
+        (:func:`call_line`): the guard's path when no other observer needs an event."""
+        self._line(line, now=False, done=True)
 
     def _line(self, line: str, *, now: bool, done: bool = False) -> None:
         if self._redact is not None and not done:
@@ -377,23 +409,8 @@ def record_tool_span(event: CallEvent, *, content: str | None = None,
                 result=result, budget=budget)
 
 
-class _Outcome(Protocol):
-    """What a span says about a failure (a CallEvent or a ToolResult)."""
-
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def code(self) -> str | None: ...
-    @property
-    def outcome(self) -> Outcome: ...
-    @property
-    def terminal(self) -> bool: ...
-    @property
-    def blocked(self) -> bool: ...
-
-
 def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: str,
-                done: _Outcome, at: float, duration_s: float, *, content: str | None = None,
+                done: _Done, at: float, duration_s: float, *, content: str | None = None,
                 result: str | None = None, budget: dict[str, float] | None = None) -> None:
     """One ``execute_tool`` span per the GenAI semantic conventions, for a finished call.
 
