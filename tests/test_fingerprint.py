@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolfault import ConfigurationError, canonical_args, fingerprint, round_to
@@ -88,3 +88,62 @@ def test_changing_a_value_changes_the_fingerprint(args: dict[str, Any], data: An
     changed = {**args, key: new}
     if canonical_args(changed) != canonical_args(args):
         assert fingerprint("t", changed) != fingerprint("t", args)
+
+
+_texts = st.text(max_size=6) | st.sampled_from(
+    ["e\u0301", "\u0301", "\u0301a", '"', "\u00c5", "\u212b", "\u1100\u1161", "\u1161",
+     "<\u0338", "1.0,", "e+", "{"])
+_leaves = (st.none() | st.booleans() | st.integers() | _texts
+           | st.floats(allow_nan=False, allow_infinity=False)
+           | st.sampled_from([1.0, -0.0, 1e16, 1e22, 5e-324, 2.5]))
+_odd_values = st.recursive(
+    _leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_texts | st.integers() | st.booleans(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _walked(args: Any) -> Any:
+    """The canonical text by the full walk, or the type of what it raised."""
+    from toolfault._fingerprint import _canonical, _encode_canonical
+
+    try:
+        return _encode_canonical(_canonical(args))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.dictionaries(_texts, _odd_values, max_size=6))
+def test_arguments_encoded_directly_give_the_walks_canonical_text(args: dict[str, Any]) -> None:
+    """The direct encoding of already-canonical arguments is exactly the walk's text, for
+    unicode (NFC or not, combining marks at string edges), integral floats, bools and ints,
+    non-string keys and nested values; anything else falls back to the walk."""
+    try:
+        got: Any = canonical_args(args)
+    except (ValueError, TypeError, RecursionError) as exc:
+        got = type(exc)
+    assert got == _walked(args)
+
+
+@pytest.mark.parametrize("args", [
+    {"n": 5.0}, {"n": [1e16]}, {"n": {"m": -0.0}}, {"d": {1: "a"}}, {"d": {True: "a"}},
+    {"d": [{None: 1}]}, {"s": "Cafe\u0301"}, {"Cafe\u0301": 1}, {"s": "v1.0, v2.0"},
+])
+def test_arguments_that_are_not_canonical_as_given_take_the_walk(args: dict[str, Any]) -> None:
+    """Integral floats, non-string keys and non-NFC text are never encoded as given."""
+    from toolfault._fingerprint import _already_canonical
+
+    assert _already_canonical(args) is None
+    assert canonical_args(args) == _walked(args)
+
+
+def test_plain_arguments_are_encoded_directly() -> None:
+    """A tool's usual arguments (ASCII or NFC text, ints, fractional floats, lists, nested
+    objects with string keys) skip the walk and still give the canonical text."""
+    from toolfault._fingerprint import _already_canonical
+
+    args = {"origin": "Z\u00fcrich", "max_stops": 1, "max_price": 420.5,
+            "airlines": ["UA", "AA"], "filter": {"cabin": "economy", "ok": True, "n": None}}
+    assert _already_canonical(args) == _walked(args)

@@ -348,3 +348,52 @@ def test_value_and_hidden_values_keep_their_answers_on_nested_arguments() -> Non
         "pin": "[REDACTED]", "tags": ["a", {"apiKey": ["[REDACTED]", "[REDACTED]"]}],
         "nested": {"token": {"deep": "[REDACTED]"}}, "3": "int key"}
     assert redactor.hidden_values(args) == {"pw-1234", "1234", "k-1234", "d-5678"}
+
+
+def test_a_number_that_spells_a_registered_secret_is_redacted() -> None:
+    """A registered PIN or card number given as a JSON number is redacted like a string
+    (a JSON string in the trace, so the line stays valid); other numbers stay numbers."""
+    redactor = Redactor(["4242424242424242", "2718"], scan_env=False)
+    args = {"card": 4242424242424242, "n": [27182, 3.5], "amount": 12, "ok": True}
+    assert redactor.value(args) == {"card": "[REDACTED]", "n": ["[REDACTED]", 3.5],
+                                    "amount": 12, "ok": True}
+    assert redactor.value(2718.5) == "[REDACTED]" and redactor.value(271) == 271
+    assert Redactor(["Infinity"], scan_env=False).value(float("-inf")) == "[REDACTED]"
+
+
+def test_a_secret_is_also_found_in_the_text_that_json_escapes_to_it() -> None:
+    """A registered secret holding a JSON escape (``ab\\fcd``) is found in the string that
+    JSON-escapes to it, so a field redacted before encoding never spells it in a JSON line."""
+    redactor = Redactor(["ab\\fcdef"], scan_env=False)
+    raw = "x ab\fcdef y"
+    assert "ab\\fcdef" in json.dumps(raw)
+    assert "ab\\fcdef" not in json.dumps(redactor.secrets(raw))
+
+
+def test_the_skeleton_drops_the_same_whitespace_as_the_separator_pattern() -> None:
+    """str.split's whitespace (the fast skeleton) is exactly the regex's \\s."""
+    from toolfault._redact import _skeleton
+
+    text = "".join(chr(c) for c in range(0x3100) if c != 0x5C) + " A\u2028b\u3000c"
+    assert "\\" not in text
+    # A trailing backslash escapes nothing but sends _skeleton down the regex: the reference.
+    assert _skeleton(text) == _skeleton(text + "\\")[:-1]
+    assert len(_skeleton(text)) < len(text) - 20
+
+
+_SHAPE_PIECES = st.sampled_from([
+    "sk-", "sk-proj-", "abcdefghijklmnopqrstuvwxyz", "AKIA", "ASIA", "IOSFODNN7EXAMPLE0123",
+    "eyJ", "eyJhbGciOi", ".", "Bearer ", "bEaReR\t", "ghp_", "gho_", "xoxb-", "token=",
+    "-----BEGIN RSA PRIVATE KEY-----", "_", "-", "=", "IA", " ", "x", "0",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(_SHAPE_PIECES, max_size=8))
+def test_the_literal_gate_never_skips_a_credential_shape(parts: list[str]) -> None:
+    """Whenever a credential shape matches, the cheap literal gate lets the text through."""
+    from toolfault._redact import _ANY_SECRET, _may_hold_secret
+
+    text = "".join(parts)
+    if _ANY_SECRET.search(text):
+        assert _may_hold_secret(text)

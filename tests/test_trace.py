@@ -267,3 +267,79 @@ def test_odd_values_in_a_line_are_written_as_json_would() -> None:
     event = _event(args={"when": object, "n": float("nan")}, turn=True, code=b"x")
     assert isinstance(event, CallEvent)
     assert event.to_jsonl() == json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+
+
+_SECRET = "s3cr3t-Value-9000"
+_hiding = st.sampled_from(["", _SECRET, _SECRET.upper(), "sk-proj-abcdefghijklmnopqrstuv",
+                           "token=abc123", 'q"uote', "Bearer\tabcdefgh", "\n"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(tool=st.lists(_hiding | st.text(max_size=4), max_size=3).map(" ".join),
+       call_id=_hiding, code=st.none() | _hiding, note=st.lists(_hiding, max_size=3),
+       pin=st.sampled_from([9000, 1234, 3.5]))
+def test_a_guards_call_line_is_redacted_field_by_field_and_stays_json(
+        tool: str, call_id: str, code: str | None, note: list[str], pin: float) -> None:
+    """The guard's own sink redacts a call line field by field: no secret in any form and
+    no credential shape survives, and the line is still valid JSON with redacted fields."""
+    import io
+
+    from toolfault._errors import Outcome
+    from toolfault._redact import Redactor
+    from toolfault._trace import CallEvent, JsonlSink
+
+    redactor = Redactor([_SECRET, "9000"], scan_env=False)
+    out = io.StringIO()
+    sink = JsonlSink(out, redact=redactor.secrets)
+    args = {"note": " ".join(note), _SECRET: note, "pin": pin, "nested": {"password": "pw"}}
+
+    class Result:
+        ok, code, outcome, terminal, blocked, attempts = False, None, Outcome.NO_EFFECT, 0, 0, 1
+
+    Result.code = code  # type: ignore[assignment]
+    event = CallEvent._emitted(redactor, tool, call_id, "task", 1, "f" * 64, Result(), True, 0,
+                               "enforce", lambda: redactor.value(args), False, 0.5, None, 1.0)
+    sink(event)
+    line = out.getvalue()
+    record = json.loads(line)
+    for needle in (_SECRET, _SECRET.lower(), "abcdefghijklmnopqrstuv", "abc123", "9000"):
+        assert needle not in line.lower()
+    assert record["tool"] == redactor.secrets(tool)
+    assert record["call_id"] == redactor.secrets(call_id)
+    assert record["code"] == (None if code is None else redactor.secrets(code))
+    assert record["args"] == json.loads(json.dumps(redactor.value(args)))
+    assert record["args"]["nested"] == {"password": "[REDACTED]"}
+
+
+def test_an_event_no_redactor_vouches_for_is_redacted_as_a_whole_line() -> None:
+    """A sink given any other redact function, or an event built by hand, keeps the
+    whole-line pass: every line still leaves through ``redact``."""
+    import io
+
+    from toolfault._trace import JsonlSink
+
+    out = io.StringIO()
+    JsonlSink(out, redact=lambda line: line.replace("x", "?"))(_event())  # type: ignore[arg-type]
+    assert json.loads(out.getvalue())["args"] == {"q": "?"}
+
+
+def test_the_trace_alone_writes_the_line_an_observed_guard_writes() -> None:
+    """With no other observer the guard writes its call line straight from the call; with
+    one it goes through a CallEvent: the lines are the same (clocks and ids aside)."""
+    import io
+
+    lines = []
+    for observers in ([], [lambda event: None]):
+        out = io.StringIO()
+        guard = _guard(trace=out, observers=observers, secrets=["tok_live_123456"])
+        guard.call("charge", {"card": "tok_live_123456", "amount": 5}, call_id="c1")
+        guard.call("charge", {"card": "4242", "amount": -1, "password": 7}, call_id="c2")
+        guard.close()
+        records = [json.loads(line) for line in out.getvalue().splitlines()]
+        for record in records:
+            assert record.pop("duration_s") >= 0 and record.pop("at") > 0
+            record.pop("task")
+        lines.append(records)
+    assert lines[0] == lines[1]
+    assert lines[0][0]["args"] == {"card": "[REDACTED]", "amount": 5}
+    assert lines[0][1]["args"]["password"] == "[REDACTED]" and not lines[0][1]["ok"]

@@ -47,31 +47,58 @@ class Emitter:
         tracing = _trace.tracing_active()
         if not g._observers and not tracing:
             return result
-        redactor = g.redactor
-        args = call.args
-        event = _trace.CallEvent(
-            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g._turn,
-            fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
-            outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
-            attempts=result.attempts, dispatched=call.dispatched,
-            error_tokens=0 if result.ok else g.count_tokens(result.text), mode=g.mode,
-            args=(lambda: redactor.value(args)) if isinstance(args, dict) else None,
-            side_effect=bool(call.spec and call.spec.side_effect),
-            duration_s=time.monotonic() - call.started,
-            shadow=redactor.value(dict(call.shadow)) if call.shadow else None,
-            at=time.time(),
-        )
+        now, duration = time.time(), time.monotonic() - call.started
         if tracing:
-            content = redactor.secrets(json.dumps(event.args, default=str)) \
-                if g.capture_content else None
-            adm, limits = call.admission, g.limits
-            budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend} \
-                if adm is not None and (limits.max_calls_per_turn is not None
-                                        or limits.max_spend_per_task is not None) else None
-            _trace.record_tool_span(event, content=content, result=(
-                redactor.secrets(result.text) if g.capture_content else None), budget=budget)
-        _trace.safe_notify(g._observers, event)
+            self._span(call, result, now, duration)
+        if g._observers:
+            self._notify(call, result, now, duration)
         return result
+
+    def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
+        """Tell the observers; with the guard's own trace sink alone, write its line
+        straight from the call (no event to build, nothing resolved lazily)."""
+        g = self._g
+        redactor, observers, sink = g.redactor, g._observers, g._sink
+        args, spec = call.args, call.spec
+        if sink is not None and len(observers) == 1 and observers[0] is sink \
+                and sink._redactor is redactor:
+            try:
+                sink._redacted_call(_trace.call_line(
+                    redactor.secrets, result.tool, result.call_id, g.task_id, g._turn,
+                    result.fingerprint, result, call.dispatched,
+                    0 if result.ok else g.count_tokens(result.text), g.mode,
+                    redactor.value(args) if isinstance(args, dict) else None,
+                    spec is not None and bool(spec.side_effect), duration,
+                    redactor.value(dict(call.shadow)) if call.shadow else None, now))
+            except Exception:  # noqa: BLE001, S110 - as safe_notify: the call goes on
+                pass
+            return
+        event = _trace.CallEvent._emitted(
+            redactor, result.tool, result.call_id, g.task_id, g._turn,
+            lambda: result.fingerprint, result, call.dispatched,
+            0 if result.ok else g.count_tokens(result.text), g.mode,
+            (lambda: redactor.value(args)) if isinstance(args, dict) else None,
+            spec is not None and bool(spec.side_effect), duration,
+            redactor.value(dict(call.shadow)) if call.shadow else None, now,
+        )
+        _trace.safe_notify(observers, event)
+
+    def _span(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
+        """The call's OpenTelemetry span (content only when the user opted in)."""
+        g = self._g
+        content = text = budget = None
+        if g.capture_content:
+            redactor = g.redactor
+            args = redactor.value(call.args) if isinstance(call.args, dict) else None
+            content = redactor.secrets(json.dumps(args, default=str))
+            text = redactor.secrets(result.text)
+        adm, limits = call.admission, g.limits
+        if adm is not None and (limits.max_calls_per_turn is not None
+                                or limits.max_spend_per_task is not None):
+            budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend}
+        _trace.record_span(result.tool, result.call_id, result.fingerprint, result.attempts,
+                           g.mode, result, now, duration, content=content, result=text,
+                           budget=budget)
 
     def incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
         """Record an incident (the shared store, else the local fallback) and trace it."""

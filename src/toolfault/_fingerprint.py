@@ -147,7 +147,57 @@ def canonical_args(
                 value = fn(value)
             normalized[key] = value
         args = normalized
+    if type(args) is dict:
+        text = _already_canonical(args)
+        if text is not None:
+            return text
     return _encode_canonical(_canonical(args))
+
+
+def _already_canonical(args: dict[str, Any]) -> str | None:
+    """``args`` encoded directly, when that is already its canonical text (else ``None``).
+
+    Most arguments are canonical as they come: string keys, NFC strings, no integral floats.
+    Then the canonical walk would copy them unchanged, so the C encoder's text is checked
+    instead of walked: any key that is not a str, any text that is not NFC and anything that
+    could be an integral float (``.0`` or ``e+`` before a delimiter, even inside a string)
+    sends the arguments down the walk.  A string that merely looks like one costs the walk,
+    never a wrong answer.  (A ``"`` never composes with its neighbours, so the JSON text is
+    NFC exactly when each of its strings is.)
+    """
+    for key in args:
+        if type(key) is not str:
+            return None
+    try:
+        text = _encode_canonical(args)
+    except (ValueError, TypeError, RecursionError):
+        return None  # the walk decides what is wrong, and says so
+    if (".0," in text or ".0]" in text or ".0}" in text or "e+" in text
+            or (text.count("{") > 1 and not _nested_keys_are_str(args, 0))):
+        return None
+    if text.isascii() or unicodedata.is_normalized("NFC", text):
+        return text
+    return None
+
+
+def _nested_keys_are_str(value: Any, depth: int) -> bool:
+    """Every key of every nested dict is an exact ``str`` (top-level keys checked already)."""
+    if depth > 100:
+        return False
+    kind = type(value)
+    if kind is dict:
+        items: Any = value.values()
+        if depth and any(type(key) is not str for key in value):
+            return False
+    elif kind is list or kind is tuple:
+        items = value
+    else:
+        return not isinstance(value, (Mapping, list, tuple))
+    return all(_nested_keys_are_str(item, depth + 1) for item in items
+               if type(item) not in _LEAVES)
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def fingerprint(

@@ -61,10 +61,15 @@ _CLEAN_ENTRIES = 4096
 
 def _may_hold_secret(text: str) -> bool:
     """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
+    # Single characters first (a fast scan): "-" is in sk-, xox…- and -----BEGIN, "_" in every
+    # gh?_ token, "IA" in AKIA and ASIA; the longer literals are looked for only after them.
     return (
-        "sk-" in text or "AKIA" in text or "ASIA" in text or "eyJ" in text or "=" in text
-        or "xox" in text or "-----BEGIN" in text or "hp_" in text or "ho_" in text
-        or "hu_" in text or "hs_" in text or "hr_" in text or "bearer" in text.lower()
+        "=" in text or "eyJ" in text
+        or ("-" in text and ("sk-" in text or "xox" in text or "-----BEGIN" in text))
+        or ("IA" in text and ("AKIA" in text or "ASIA" in text))
+        or ("_" in text and ("hp_" in text or "ho_" in text or "hu_" in text
+                             or "hs_" in text or "hr_" in text))
+        or "bearer" in text.lower()
     )
 
 
@@ -120,7 +125,19 @@ _GATES: tuple[str | tuple[str, ...] | None, ...] = (
     ":\\",
     ".",
 )
-_SQL_VERBS = ("select", "insert", "delete", "update")
+
+
+def _gate_open(gate: tuple[str, ...] | None, text: str) -> bool:
+    """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs gate)."""
+    if gate is None:
+        if not text.isascii():
+            return True
+        low = text.lower()
+        return "select" in low or "insert" in low or "delete" in low or "update" in low
+    for literal in gate:  # noqa: SIM110 - no generator frame: this runs per pattern
+        if literal in text:
+            return True
+    return False
 
 _GATED = tuple(zip(INTERNAL_PATTERNS, _GATES, strict=True))
 
@@ -168,10 +185,15 @@ def _skeleton(text: str) -> str:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters grow when lower-cased: ASCII only
         lowered = text.translate(_ASCII_LOWER)
+    if "\\" not in lowered:  # whitespace runs only: str.split's whitespace is re's \s
+        return "".join(lowered.split())
     return _SEPARATORS.sub("", lowered)
 
 
 _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+#: The characters of a finite number's JSON text (``-1.5e+16``).
+_NUMBER_CHARS = frozenset("0123456789.+-e")
+_NON_FINITE = {"nan": "nan", "inf": "infinity", "-inf": "-infinity"}  # lower-cased, as forms
 
 
 def _base64_cores(value: bytes) -> set[str]:
@@ -202,6 +224,11 @@ def secret_forms(secret: str) -> set[str]:
     for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret),
                    urllib.parse.quote_plus(secret)):
         forms.add(quoted)
+    # JSON-unescaped: a string that JSON-escapes to the secret spells it in JSON text.
+    try:
+        forms.add(json.loads(f'"{secret}"'))
+    except ValueError:
+        pass
     raw = secret.encode("utf-8", "surrogatepass")
     forms |= _base64_cores(raw)
     return forms
@@ -210,11 +237,13 @@ def secret_forms(secret: str) -> set[str]:
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("__weakref__", "_clean", "_forms", "_secrets", "_shortest")
+    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_secrets", "_shortest")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
         self._secrets: set[str] = set()
         self._forms: tuple[str, ...] = ()
+        #: The forms a number's JSON text could hold (see :meth:`_number_holds`).
+        self._numeric: tuple[str, ...] = ()
         #: Below this length no registered form and no shape can occur.
         self._shortest = SHORTEST_SHAPE
         #: Short strings already found clean under the current forms (replaced, never
@@ -244,6 +273,8 @@ class Redactor:
         self._forms = tuple(sorted(forms, key=len, reverse=True))
         self._shortest = min(SHORTEST_SHAPE, len(self._forms[-1])) if self._forms \
             else SHORTEST_SHAPE
+        self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
+                              or f in "-infinity")
         self._clean = set()  # after the forms: whoever sees the new set sees the new forms
 
     def _registered(self, text: str) -> str:
@@ -310,6 +341,13 @@ class Redactor:
             clean.add(text)
         return out
 
+    def _number_holds(self, number: int | float) -> bool:
+        """Whether a number's JSON text holds a registered secret (a PIN, a card number)."""
+        text = repr(number)
+        if text in _NON_FINITE:  # as JSON writes them: NaN, Infinity, -Infinity
+            text = _NON_FINITE[text]
+        return any(form in text for form in self._numeric)
+
     def prose(self, text: str, *, allow: Iterable[str] = ()) -> str:
         """Redact secrets, then paths, URLs, hosts, addresses and SQL: for reasons.
 
@@ -324,10 +362,7 @@ class Redactor:
             if isinstance(gate, str):
                 if gate not in text:
                     continue
-            elif gate is None:
-                if text.isascii() and not any(v in text.lower() for v in _SQL_VERBS):
-                    continue
-            elif not any(literal in text for literal in gate):
+            elif not _gate_open(gate, text):
                 continue
             text = pattern.sub(word, text)
         for i, original in enumerate(kept):
@@ -349,16 +384,34 @@ class Redactor:
         if kind is bool or value is None:
             return value
         if kind is int or kind is float:
-            return REDACTED if _secret else value
+            return REDACTED if _secret or (self._numeric and self._number_holds(value)) \
+                else value
         if _depth > 64:
             return "…"
-        if kind is dict or isinstance(value, Mapping):
+        if kind is dict:
             return self._mapping(value, _depth, _secret)
+        if kind is list or kind is tuple:
+            return self._sequence(value, _depth, _secret)
+        return self._uncommon(value, _depth, _secret)
+
+    def _uncommon(self, value: Any, depth: int, secret: bool) -> Any:
+        """:meth:`value` of other mappings and sequences, and of any other object."""
+        if isinstance(value, Mapping):
+            return self._mapping(value, depth, secret)
         if isinstance(value, (list, tuple)):
-            secrets, inner = self.secrets, self.value
-            return [(REDACTED if _secret else secrets(v)) if type(v) is str
-                    else inner(v, _depth=_depth + 1, _secret=_secret) for v in value]
-        return REDACTED if _secret else self._other(value)
+            return self._sequence(value, depth, secret)
+        return REDACTED if secret else self._other(value)
+
+    def _sequence(self, value: Iterable[Any], depth: int, secret: bool) -> list[Any]:
+        """:meth:`value` of a list or tuple (members at ``depth + 1``); clean short strings
+        are answered from memory without a call."""
+        inner = self.value
+        if secret:
+            return [REDACTED if type(v) is str else inner(v, _depth=depth + 1, _secret=True)
+                    for v in value]
+        clean, secrets = self._clean, self.secrets
+        return [(v if v in clean else secrets(v)) if type(v) is str
+                else inner(v, _depth=depth + 1) for v in value]
 
     def _other(self, value: Any) -> Any:
         """Subclasses of scalars, bytes, and any other object (by its redacted ``repr``)."""
@@ -379,6 +432,7 @@ class Redactor:
         case: a tool's flat arguments) instead of one recursive call each."""
         secrets = self.secrets
         clean = self._clean  # exact strs only below; one set for the whole mapping
+        numeric = self._numeric
         out: dict[str, Any] = {}
         for k, v in value.items():
             if type(k) is str:
@@ -395,7 +449,10 @@ class Redactor:
             elif v is None or kind is bool:
                 out[shown] = v
             elif kind is int or kind is float:
-                out[shown] = REDACTED if secret or _is_secret_key(name) else v
+                out[shown] = REDACTED if secret or _is_secret_key(name) or (
+                    numeric and self._number_holds(v)) else v
+            elif kind is list and depth < 64:  # value(v, key=name, _depth=depth + 1), inline
+                out[shown] = self._sequence(v, depth + 1, secret or _is_secret_key(name))
             else:
                 out[shown] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
         return out

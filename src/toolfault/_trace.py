@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
+from toolfault._redact import Redactor
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -44,7 +45,7 @@ class CallEvent:
     resolved on first read, so an observer that only counts calls costs almost nothing.
     """
 
-    __slots__ = tuple(f"_{name}" for name in _FIELDS)
+    __slots__ = (*(f"_{name}" for name in _FIELDS), "_by")
 
     def __init__(
         self, *, tool: str, call_id: str, task: str, turn: int,
@@ -61,18 +62,26 @@ class CallEvent:
         self._args, self._side_effect, self._duration_s = args, side_effect, duration_s
         self._shadow = shadow if shadow is not None else {}
         self._at = at
+        #: The Redactor that already redacted ``args`` and ``shadow`` (None: nobody said so).
+        self._by: Redactor | None = None
 
     @classmethod
-    def _success(cls, tool: str, call_id: str, task: str, turn: int, fingerprint: Any,
-                 mode: str, args: Any, duration_s: float, at: float) -> CallEvent:
-        """A first-attempt success, built without keyword binding (the guard's hot path)."""
+    def _emitted(cls, by: Redactor, tool: str, call_id: str, task: str, turn: int,
+                 fingerprint: Any, result: Any, dispatched: bool, error_tokens: int,
+                 mode: str, args: Any, side_effect: bool, duration_s: float,
+                 shadow: dict[str, Any] | None, at: float) -> CallEvent:
+        """An event whose args and shadow ``by`` redacted, built without keyword binding
+        (the emitter's hot path); ``result`` gives ok, code, outcome, terminal, blocked and
+        attempts."""
         event = cls.__new__(cls)
         event._tool, event._call_id, event._task, event._turn = tool, call_id, task, turn
-        event._fingerprint, event._ok, event._code = fingerprint, True, None
-        event._outcome, event._terminal, event._blocked = Outcome.NO_EFFECT, False, False
-        event._attempts, event._dispatched, event._error_tokens = 1, True, 0
-        event._mode, event._args, event._side_effect = mode, args, False
-        event._duration_s, event._shadow, event._at = duration_s, {}, at
+        event._fingerprint, event._ok, event._code = fingerprint, result.ok, result.code
+        event._outcome, event._terminal = result.outcome, result.terminal
+        event._blocked, event._attempts = result.blocked, result.attempts
+        event._dispatched, event._error_tokens = dispatched, error_tokens
+        event._mode, event._args, event._side_effect = mode, args, side_effect
+        event._duration_s, event._at, event._by = duration_s, at, by
+        event._shadow = shadow if shadow is not None else {}
         return event
 
     def _lazy(self, name: str) -> Any:
@@ -145,6 +154,61 @@ class CallEvent:
         )
 
 
+    def _redacted_jsonl(self, secrets: Callable[[str], str]) -> str:
+        """:meth:`to_jsonl` for an event whose args and shadow the redactor behind
+        ``secrets`` already redacted (see :func:`call_line`)."""
+        return call_line(secrets, self._tool, self._call_id, self._task, self._turn,
+                         self.fingerprint, self, self._dispatched, self._error_tokens,
+                         self._mode, self.args, self._side_effect, self._duration_s,
+                         self._shadow, self._at)
+
+
+class _Done(Protocol):
+    """What a call line or a span says about how a call ended (a CallEvent or a ToolResult)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def terminal(self) -> bool: ...
+    @property
+    def blocked(self) -> bool: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str, turn: int,
+              fingerprint: str, done: _Done, dispatched: bool, error_tokens: int, mode: str,
+              args: Any, side_effect: bool, duration_s: float, shadow: Mapping[str, Any] | None,
+              at: float) -> str:
+    """A call line (what :meth:`CallEvent.to_jsonl` writes) from ``args`` and ``shadow``
+    already redacted, its text fields redacted here by ``secrets``, one by one.
+
+    Equal to redacting the whole line, without a pass over the line: field names are fixed
+    words, the fingerprint is a hash, the numbers are counters and clocks, and
+    ``Redactor.value`` already checked every string, key and number of the arguments.
+    """
+    code = done.code
+    return _dumps({
+        "tool": _redacted(tool, secrets), "call_id": _redacted(call_id, secrets),
+        "task": _redacted(task, secrets), "turn": turn, "fingerprint": fingerprint,
+        "ok": done.ok, "code": None if code is None else _redacted(code, secrets),
+        "outcome": done.outcome.value, "terminal": done.terminal, "blocked": done.blocked,
+        "attempts": done.attempts, "dispatched": dispatched, "error_tokens": error_tokens,
+        "mode": _redacted(mode, secrets), "args": args, "side_effect": side_effect,
+        "duration_s": duration_s, "shadow": dict(shadow) if shadow else {}, "at": at,
+        "type": "call",
+    })
+
+
+def _redacted(value: Any, secrets: Callable[[str], str]) -> str:
+    """A text field, redacted; anything else by its JSON text (``default=str``), redacted."""
+    return secrets(value if type(value) is str else _json(value))
+
+
 class CallObserver(Protocol):
     """A hook called after every guarded call (keep it fast; exceptions are swallowed)."""
 
@@ -199,6 +263,11 @@ class JsonlSink:
                  flush_interval: float = 1.0) -> None:
         #: The single exit of the trace channel: every line passes through ``redact``.
         self._redact = redact
+        #: When ``redact`` is a Redactor's ``secrets``: that Redactor.  A call line of an event
+        #: it already redacted is redacted field by field (the same text, far cheaper).
+        owner = getattr(redact, "__self__", None)
+        self._redactor = owner if isinstance(owner, Redactor) and \
+            getattr(redact, "__func__", None) is Redactor.secrets else None
         self._lock = threading.Lock()
         self._interval = flush_interval
         self._timer: threading.Timer | None = None
@@ -216,10 +285,18 @@ class JsonlSink:
         self._line(_dumps(record), now=record.get("type") != "call")
 
     def __call__(self, event: CallEvent) -> None:
-        self._line(event.to_jsonl(), now=False)
+        if event._by is not None and event._by is self._redactor:
+            self._line(event._redacted_jsonl(self._redactor.secrets), now=False, done=True)
+        else:
+            self._line(event.to_jsonl(), now=False)
 
-    def _line(self, line: str, *, now: bool) -> None:
-        if self._redact is not None:
+    def _redacted_call(self, line: str) -> None:
+        """Append a call line already redacted field by field with this sink's Redactor
+        (:func:`call_line`): the guard's path when no other observer needs an event."""
+        self._line(line, now=False, done=True)
+
+    def _line(self, line: str, *, now: bool, done: bool = False) -> None:
+        if self._redact is not None and not done:
             line = self._redact(line)
         with self._lock:
             if self._closed:
@@ -325,26 +402,33 @@ def finish_tool_span(span: PendingSpan, event: CallEvent, *, result: str | None 
 def record_tool_span(event: CallEvent, *, content: str | None = None,
                      result: str | None = None, budget: dict[str, float] | None = None
                      ) -> None:
+    """One ``execute_tool`` span per the GenAI semantic conventions, for a finished call
+    (see :func:`record_span`)."""
+    record_span(event._tool, event._call_id, event.fingerprint, event._attempts,
+                event._mode, event, event._at, event._duration_s, content=content,
+                result=result, budget=budget)
+
+
+def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: str,
+                done: _Done, at: float, duration_s: float, *, content: str | None = None,
+                result: str | None = None, budget: dict[str, float] | None = None) -> None:
     """One ``execute_tool`` span per the GenAI semantic conventions, for a finished call.
 
     Every attribute is known by now, so the SDK is handed them once, at the start, and the
-    span is back-dated to cover the call (``event.at - event.duration_s`` to ``event.at``).
-    The SDK checks each attribute (about a microsecond apiece), so a success carries only what
-    says something about it: ``toolfault.outcome``, ``.terminal`` and ``.blocked`` describe
-    failures and are set on failed calls only (absent means ``false``).
+    span is back-dated to cover the call (``at - duration_s`` to ``at``).  The SDK checks
+    each attribute (about a microsecond apiece), so a success carries only what says
+    something about it: ``toolfault.outcome``, ``.terminal`` and ``.blocked`` describe
+    failures and are set on failed calls only (absent means ``false``).  No event is needed:
+    a guard with no observers builds none.
     """
     otel = sys.modules.get(_OTEL)
     if otel is None:
         return
-    tool, ok = event._tool, event._ok  # slots, not properties: this runs on every call
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool,
-        "gen_ai.tool.call.id": event._call_id,
-        "gen_ai.tool.type": "function",
-        "toolfault.fingerprint": event.fingerprint,
-        "toolfault.attempts": event._attempts,
-        "toolfault.mode": event._mode,
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function",
+        "toolfault.fingerprint": fingerprint, "toolfault.attempts": attempts,
+        "toolfault.mode": mode,
     }
     if budget:
         for key, value in budget.items():
@@ -353,15 +437,15 @@ def record_tool_span(event: CallEvent, *, content: str | None = None,
         attributes["gen_ai.tool.call.arguments"] = content
     if result is not None:
         attributes["gen_ai.tool.call.result"] = result
+    ok = done.ok
     if not ok:
-        code = event._code or "tool_error"
+        code = done.code or "tool_error"
         attributes["error.type"] = attributes["toolfault.code"] = code
-        attributes["toolfault.outcome"] = event._outcome.value
-        attributes["toolfault.terminal"] = event._terminal
-        attributes["toolfault.blocked"] = event._blocked
-    at = event._at
+        attributes["toolfault.outcome"] = done.outcome.value
+        attributes["toolfault.terminal"] = done.terminal
+        attributes["toolfault.blocked"] = done.blocked
     end = int(at * 1e9) if at else None
-    start = end - int(event._duration_s * 1e9) if end is not None else None
+    start = end - int(duration_s * 1e9) if end is not None else None
     span = _tracer(otel).start_span(f"execute_tool {tool}", attributes=attributes,
                                     start_time=start)
     if not ok:
