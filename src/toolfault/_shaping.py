@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from toolfault._call import _Call
 from toolfault._catalog import fill
@@ -21,9 +21,12 @@ from toolfault._classify import Failure, from_entry
 from toolfault._errors import FailureClass, Outcome, ToolError
 from toolfault._jsontext import prebuilt_encoder
 from toolfault._message import (
+    MAX_ARGS_CHARS,
+    cut_echo,
     echo_args,
     fit_to_budget,
     format_seconds,
+    redacted_echo,
     render_error,
     render_terminal,
 )
@@ -37,6 +40,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolfault")
 
 
+class _Echo(NamedTuple):
+    """A failure's echoed arguments and the values it must not name (see ``Shaper._echo``)."""
+
+    text: str
+    #: The echo before it was cut to length (``None``: arguments that are not a dict).
+    whole: str | None
+    hidden: set[str]
+
+
 class Shaper:
     """The guard's words (reads the guard's catalog, redactor, tokenizer and mode)."""
 
@@ -45,8 +57,20 @@ class Shaper:
 
     def args_text(self, call: _Call) -> str:
         """The rejected arguments as echoed to the model: redacted, bounded."""
-        args = call.args if isinstance(call.args, (dict, list, str)) else repr(call.args)
-        return echo_args(self._g.redactor.value(args))
+        return self._echo(call).text
+
+    def _echo(self, call: _Call) -> _Echo:
+        """The echoed arguments and the values under secret-named keys (one walk for a dict,
+        which is what arguments are once parsed)."""
+        args, redactor = call.args, self._g.redactor
+        if type(args) is dict:
+            whole, hidden = redacted_echo(args, redactor)
+            if whole is not None:
+                return _Echo(cut_echo(whole, MAX_ARGS_CHARS), whole, hidden)
+        else:
+            hidden = redactor.hidden_values(args)
+        shown = args if isinstance(args, (dict, list, str)) else repr(args)
+        return _Echo(echo_args(redactor.value(shown)), None, hidden)
 
     def terminal(self, call: _Call, failure: Failure, count: int,
                  alternatives: Sequence[Alternative], *, blocked_for: float | None,
@@ -54,7 +78,7 @@ class Shaper:
         """The message after the cap: retrying is not allowed, here are the legal moves."""
         rendered = render_terminal(tool=call.name, code=failure.code, count=count,
                                    moves=self._moves(call, failure, alternatives),
-                                   args_text=self.args_text(call), blocked_for=blocked_for)
+                                   args_text=self._echo(call).text, blocked_for=blocked_for)
         problem = {**rendered.problem, "blocked": True} if blocked else rendered.problem
         return self._error_result(call, failure, rendered.text, problem, terminal=True,
                                   blocked=blocked)
@@ -63,13 +87,13 @@ class Shaper:
                   alternatives: Sequence[Alternative] | None = None) -> ToolResult:
         """A first (non-terminal) failure as the four-part message."""
         alts = self.alternatives(call, failure) if alternatives is None else alternatives
-        text, problem = self._four_part(call, failure, self.args_text(call), alts)
+        text, problem = self._four_part(call, failure, self._echo(call), alts)
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def halted(self, call: _Call, failure: Failure, *, retry_after: float | None,
                blocked: bool) -> ToolResult:
         """The halt message: the turn is over (or refused for a while)."""
-        text, problem = self._four_part(call, failure, self.args_text(call), [])
+        text, problem = self._four_part(call, failure, self._echo(call), [])
         problem["terminal"] = True
         problem["halt"] = True
         if retry_after is not None:
@@ -78,7 +102,7 @@ class Shaper:
                                   blocked=blocked, halt=True)
 
     def no_progress(self, call: _Call, failure: Failure) -> ToolResult:
-        text, problem = self._four_part(call, failure, self.args_text(call),
+        text, problem = self._four_part(call, failure, self._echo(call),
                                         self.alternatives(call, failure))
         problem["terminal"] = True
         return self._error_result(call, failure, text, problem, terminal=True)
@@ -94,11 +118,11 @@ class Shaper:
         secrets = self._g.redactor.secrets
         return secrets(_display_name(secrets(name[:4_000])))
 
-    def _four_part(self, call: _Call, failure: Failure, args_text: str,
+    def _four_part(self, call: _Call, failure: Failure, echo: _Echo,
                    alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
         entry = failure.entry
         redactor = self._g.redactor
-        hidden = redactor.hidden_values(call.args)
+        hidden = echo.hidden
         allow = [a for a in _strings_in(call.args) if a not in hidden]
         values: dict[str, object] = {
             "tool": call.name,
@@ -127,16 +151,17 @@ class Shaper:
             )
             return rendered.text, rendered.problem
 
-        text, problem = render(reason, args_text)
+        text, problem = render(reason, echo.text)
         budget = self._g.catalog.token_budget
         if self._g.count_tokens(text) > budget:
             # Over budget: keep the first problem only, then echo less of the arguments.
             first = failure.values.get("first_reason")
             if isinstance(first, str):
                 reason = _without(redactor.prose(first, allow=allow), hidden)
-                text, problem = render(reason, args_text)
+                text, problem = render(reason, echo.text)
             if self._g.count_tokens(text) > budget:
-                short = echo_args(redactor.value(call.args), max_chars=160)
+                short = cut_echo(echo.whole, 160) if echo.whole is not None else \
+                    echo_args(redactor.value(call.args), max_chars=160)
                 text, problem = render(reason, short)
         return text, problem
 
@@ -237,7 +262,7 @@ class Shaper:
                              cause=exc)
         if call.spec is not None and call.spec.side_effect and call.dispatched:
             failure.outcome = Outcome.UNKNOWN
-        text, problem = self._four_part(call, failure, self.args_text(call), [])
+        text, problem = self._four_part(call, failure, self._echo(call), [])
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def seal(self, result: ToolResult) -> ToolResult:
