@@ -30,7 +30,7 @@ from toolfault._message import (
     render_error,
     render_terminal,
 )
-from toolfault._redact import REDACTED
+from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolResult
 from toolfault._tool import Alternative
 
@@ -135,10 +135,12 @@ class Shaper:
             "nearest": failure.values.get("nearest"),
             "reason": failure.reason,
         }
-        reason = _without(redactor.prose(fill(entry.reason, values), allow=allow), hidden)
+        said = (failure.next_action or fill(entry.next_action, values)).rstrip(". ")
+        reason, said = _prose_pair(redactor, fill(entry.reason, values), said, allow)
+        reason = _without(reason, hidden)
         if not reason.strip(" ."):
             reason = entry.summary or f"{call.name} failed"
-        next_action = _with_moves(self._next_action(failure, values, allow, hidden),
+        next_action = _with_moves(_next_action(failure, values, _without(said, hidden)),
                                   alternatives, failure.outcome)
         retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
 
@@ -164,18 +166,6 @@ class Shaper:
                     echo_args(redactor.value(call.args), max_chars=160)
                 text, problem = render(reason, short)
         return text, problem
-
-    def _next_action(self, failure: Failure, values: dict[str, object], allow: list[str],
-                     hidden: set[str]) -> str:
-        """The one next move: the tool's own words, else the catalog row's; redacted."""
-        entry = failure.entry
-        next_action = failure.next_action or fill(entry.next_action, values)
-        next_action = _without(self._g.redactor.prose(next_action.rstrip(". "), allow=allow),
-                               hidden)
-        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
-            next_action = fill(entry.next_action, values).rstrip(". ") or \
-                "stop and report this failure to the user"
-        return next_action
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
                       problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
@@ -363,6 +353,37 @@ def _with_moves(next_action: str, alternatives: Sequence[Alternative], outcome: 
     if next_action.startswith("stop"):  # the alternative first, stopping last
         return f"{moves}, or {next_action}"
     return f"{next_action}, or {moves}"
+
+
+def _next_action(failure: Failure, values: dict[str, object], said: str) -> str:
+    """The one next move: the tool's own words (``said``, redacted), else the catalog row's."""
+    if said.strip(" .\u2026"):
+        return said
+    # A blank next action from the tool: the row's.
+    return fill(failure.entry.next_action, values).rstrip(". ") or \
+        "stop and report this failure to the user"
+
+
+#: Joins a reason and a next action for one pass of :meth:`Redactor.prose`: no pattern or
+#: registered form reaches across a NUL between line breaks without consuming it.
+_PAIR = "\n\x00\n"
+
+
+def _prose_pair(redactor: Redactor, reason: str, said: str, allow: list[str]
+                ) -> tuple[str, str]:
+    """``prose`` of the reason and of the next action, in one pass when that is certain to
+    give the same words: a failure's prose is mostly fixed cost, paid once instead of twice.
+
+    Two passes when either text holds a NUL or an allowed value spans lines (it could reach
+    across the join), or when a redaction consumed the join (a private key runs to the end).
+    """
+    if "\x00" not in reason and "\x00" not in said and \
+            not any("\n" in a or "\x00" in a for a in allow):
+        joined = redactor.prose(f"{reason}{_PAIR}{said}", allow=allow)
+        if joined.count(_PAIR) == 1:
+            first, second = joined.split(_PAIR)
+            return first, second
+    return redactor.prose(reason, allow=allow), redactor.prose(said, allow=allow)
 
 
 def _without(text: str, hidden: set[str]) -> str:
