@@ -30,7 +30,7 @@ from toolfault._message import (
     render_error,
     render_terminal,
 )
-from toolfault._redact import REDACTED, Redactor
+from toolfault._redact import REDACTED, Redactor, _is_secret_key
 from toolfault._result import FailureInfo, ToolResult
 from toolfault._tool import Alternative
 
@@ -199,21 +199,22 @@ class Shaper:
     @staticmethod
     def param_in(call: _Call, reason: str) -> str | None:
         """The argument a reason is about: named in it, or the only one there is."""
-        params = list(call.spec.params) if call.spec is not None else []
-        arg_keys: list[str] = []
+        keys = list(call.spec.params) if call.spec is not None else []
         if isinstance(call.args, dict):
-            arg_keys = [k for k in itertools.islice(call.args, 64) if isinstance(k, str) and k]
-        keys = params + [k for k in arg_keys if k not in params]
+            declared = set(keys)
+            keys += [k for k in itertools.islice(call.args, 64)
+                     if isinstance(k, str) and k and k not in declared]
         words = {w.rstrip(".") for w in _WORDS.findall(reason)}
         for key in keys:
             if key in words:
                 return key
         lowered = " ".join(reason.lower().split())
+        lower_words = {w.lower() for w in words}
         for key in keys:
             phrase = key.lower().replace("_", " ")
             if " " in phrase and phrase in lowered:
                 return key
-            if phrase in {w.lower() for w in words}:
+            if phrase in lower_words:
                 return key
         if isinstance(call.args, dict) and len(call.args) == 1 and keys:
             return keys[0]
@@ -261,7 +262,9 @@ class Shaper:
         if result.ok:
             return result  # a success's text and data were redacted as one in _success_text
         redactor = self._g.redactor
-        text, data = redactor.secrets(result.text), redactor.value(result.data)
+        text, data = redactor.secrets(result.text), result.data
+        if not _clean_problem(redactor, data):
+            data = redactor.value(data)
         if not isinstance(data, dict):
             data = {"detail": data}
         g = self._g
@@ -386,8 +389,28 @@ def _prose_pair(redactor: Redactor, reason: str, said: str, allow: list[str]
     return redactor.prose(reason, allow=allow), redactor.prose(said, allow=allow)
 
 
+def _clean_problem(redactor: Redactor, data: Any) -> bool:
+    """Whether ``redactor.value(data)`` would equal ``data``, for a flat problem dict (what a
+    failure carries), decided without building the copy; ``False`` sends it the long way."""
+    if type(data) is not dict:
+        return False
+    secrets = redactor.secrets
+    for key, value in data.items():
+        if type(key) is not str or _is_secret_key(key) or secrets(key) != key:
+            return False
+        kind = type(value)
+        if kind is str:
+            if secrets(value) != value:
+                return False
+        elif not (value is None or kind is bool or kind is int or kind is float):
+            return False
+    return True
+
+
 def _without(text: str, hidden: set[str]) -> str:
     """Replace values the model passed under secret-named arguments."""
+    if not hidden:
+        return text
     for value in sorted(hidden, key=len, reverse=True):
         if value in text:
             text = text.replace(value, REDACTED)
