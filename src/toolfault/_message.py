@@ -132,16 +132,15 @@ def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: 
     out: dict[str, Any] = {}
     beyond: set[str] = set()  # keys past the eighth: counted, not shown
     for k, v in value.items():
-        name = k if type(k) is str else str(k)
+        name = k if type(k) is str else _name_of(k)
         keyed = _is_secret_key(name)
         if keyed and hidden is not None:
             hidden |= redactor.hidden_values({name: v})  # every leaf under a secret name
         key = secrets(name)
-        key = key if type(key) is str else str(key)
         if len(out) >= MAX_ITEMS and key not in out:
             beyond.add(key)
-            if hidden is not None and not keyed and type(v) not in _SCALARS:
-                hidden |= redactor.hidden_values(v, _depth=depth + 1)
+            if hidden is not None and not keyed:
+                _hidden_in(v, depth + 1, redactor, hidden)
             continue
         kind = type(v)
         if kind is str:
@@ -156,6 +155,18 @@ def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: 
     if beyond:
         out["…"] = f"+{len(beyond)} more keys"
     return out
+
+
+def _name_of(key: Any) -> str:
+    """A key that is not a str as the plain str its echo shows (never a str subclass)."""
+    text = str(key)
+    return text if type(text) is str else str.__str__(text)
+
+
+def _hidden_in(value: Any, depth: int, redactor: Redactor, hidden: set[str]) -> None:
+    """Hidden values in a member the echo leaves out (it is searched, never shown)."""
+    if type(value) not in _SCALARS:
+        hidden |= redactor.hidden_values(value, _depth=depth)
 
 
 def _echo_value(value: Any, depth: int, secret: bool, redactor: Redactor,
@@ -188,8 +199,7 @@ def _echo_list(value: Sequence[Any], depth: int, secret: bool, redactor: Redacto
         shown.append(f"…(+{len(items) - MAX_ITEMS} items)")
         if hidden is not None:
             for v in items[MAX_ITEMS:]:
-                if type(v) not in _SCALARS:
-                    hidden |= redactor.hidden_values(v, _depth=depth + 1)
+                _hidden_in(v, depth + 1, redactor, hidden)
     return shown
 
 
