@@ -40,19 +40,3 @@ def test_a_redaction_that_swallows_the_join_falls_back_to_two_passes() -> None:
     assert said == "call it again" and "abc" not in reason
     assert _PAIR not in reason + said
 
-
-_PROBLEM_KEYS = st.sampled_from(["detail", "code", "title", "password", "api_key", SECRET,
-                                 "next_action", "retry_after"]) | st.integers(0, 2)
-_PROBLEM_VALUES = (st.none() | st.booleans() | st.integers() | st.floats() | _TEXTS
-                   | st.lists(_TEXTS, max_size=2))
-
-
-@settings(max_examples=300, deadline=None)
-@given(data=st.dictionaries(_PROBLEM_KEYS, _PROBLEM_VALUES, max_size=6) | _TEXTS)
-def test_a_clean_problem_is_only_called_clean_when_redaction_would_keep_it(data: object) -> None:
-    """Sealing skips the copy only where redacting would have given the same problem."""
-    from toolfault._shaping import _clean_problem
-
-    redactor = Redactor([SECRET], scan_env=False)
-    if _clean_problem(redactor, data):
-        assert redactor.value(data) == data

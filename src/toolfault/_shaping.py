@@ -30,7 +30,7 @@ from toolfault._message import (
     render_error,
     render_terminal,
 )
-from toolfault._redact import REDACTED, Redactor, _is_secret_key
+from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolResult
 from toolfault._tool import Alternative
 
@@ -262,9 +262,7 @@ class Shaper:
         if result.ok:
             return result  # a success's text and data were redacted as one in _success_text
         redactor = self._g.redactor
-        text, data = redactor.secrets(result.text), result.data
-        if not _clean_problem(redactor, data):
-            data = redactor.value(data)
+        text, data = redactor.secrets(result.text), redactor.value(result.data)
         if not isinstance(data, dict):
             data = {"detail": data}
         g = self._g
@@ -387,24 +385,6 @@ def _prose_pair(redactor: Redactor, reason: str, said: str, allow: list[str]
             first, second = joined.split(_PAIR)
             return first, second
     return redactor.prose(reason, allow=allow), redactor.prose(said, allow=allow)
-
-
-def _clean_problem(redactor: Redactor, data: Any) -> bool:
-    """Whether ``redactor.value(data)`` would equal ``data``, for a flat problem dict (what a
-    failure carries), decided without building the copy; ``False`` sends it the long way."""
-    if type(data) is not dict:
-        return False
-    secrets = redactor.secrets
-    for key, value in data.items():
-        if type(key) is not str or _is_secret_key(key) or secrets(key) != key:
-            return False
-        kind = type(value)
-        if kind is str:
-            if secrets(value) != value:
-                return False
-        elif not (value is None or kind is bool or kind is int or kind is float):
-            return False
-    return True
 
 
 def _without(text: str, hidden: set[str]) -> str:
