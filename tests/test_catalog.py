@@ -124,3 +124,40 @@ def test_cli_help_and_demo_run_in_a_subprocess() -> None:
     assert "without toolfault" in demo and "with toolfault" in demo
     assert "Retrying the same call is not allowed." in demo
     assert "bookings made: 2 (duplicate!)" in demo and "bookings made: 1" in demo
+
+
+@pytest.mark.parametrize("template", [
+    "call {tool} again with {param} corrected", "{reason}", "plain words", "{{tool}} {tool}",
+    "{unknown} and {param}", "{param!r} {tool:>12}", "{0} {param}", "{a.b}", "{}", "{x[0]}",
+    "{tool", "tool}", "", "{retry_after}{nearest}{limit}",
+])
+def test_fill_renders_every_template_as_format_map_would(template: str) -> None:
+    """The parsed-once rendering gives str.format_map's words, or raises as it does."""
+    from toolfault._catalog import _format_map, fill
+
+    def outcome(render: Any, values: dict[str, object]) -> object:
+        try:
+            return render(template, values)
+        except Exception as exc:  # noqa: BLE001 - the kind of failure is what is compared
+            return type(exc)
+
+    for values in ({}, {"tool": "search", "param": "max_price", "reason": "too low"},
+                   {"tool": "", "param": None, "retry_after": 2.5, "nearest": 0}):
+        assert outcome(fill, values) == outcome(_format_map, values)
+
+
+def test_exception_rows_are_found_once_per_class_and_stay_bounded() -> None:
+    """A subclass finds its base's row; the per-class memory is the catalog's own and bounded."""
+    import dataclasses
+
+    from toolfault._catalog import _EXCEPTION_CLASSES
+
+    catalog = Catalog.loads('[[error]]\ncode = "bad"\nexceptions = ["ValueError"]\n'
+                            'summary = "s"\nnext_action = "n"\n')
+    kinds = [type(f"E{i}", (ValueError,), {}) for i in range(_EXCEPTION_CLASSES + 5)]
+    for kind in kinds:
+        entry = catalog.for_exception(kind())
+        assert entry is not None and entry.code == "bad"
+    assert catalog.for_exception(KeyError("k")) is None
+    assert len(catalog._by_exception) <= _EXCEPTION_CLASSES
+    assert dataclasses.replace(catalog, token_budget=5)._by_exception == {}

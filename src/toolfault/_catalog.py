@@ -8,6 +8,7 @@ through the same template code, so the model's text and the engineer's docs cann
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import tomllib
@@ -34,6 +35,8 @@ PLACEHOLDERS: Mapping[str, str] = {
 }
 
 _FORMATTER = string.Formatter()
+#: How many exception classes a catalog remembers the row of.
+_EXCEPTION_CLASSES = 256
 _CODE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -47,6 +50,40 @@ def template_fields(template: str) -> list[str]:
 
 def fill(template: str, values: Mapping[str, object]) -> str:
     """Render ``template``; a placeholder without a value gets its neutral phrase."""
+    parts = _plain_parts(template)
+    if parts is None:
+        return _format_map(template, values)
+    out: list[str] = []
+    for literal, name in parts:
+        out.append(literal)
+        if name is not None:
+            value = values.get(name)
+            if value in (None, ""):
+                value = PLACEHOLDERS.get(name, "{" + name + "}")
+            try:
+                out.append(format(value, ""))
+            except ValueError as exc:
+                raise CatalogError(f"cannot render template {template!r}: {exc}") from exc
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _plain_parts(template: str) -> tuple[tuple[str, str | None], ...] | None:
+    """A template as (literal, placeholder) pairs, parsed once (a failure fills two), or
+    ``None`` when a field has a format spec, a conversion or an index (left to str.format)."""
+    try:
+        parsed = list(_FORMATTER.parse(template))
+    except ValueError:
+        return None
+    parts: list[tuple[str, str | None]] = []
+    for literal, name, spec, conversion in parsed:
+        if name is not None and (spec or conversion or not name.isidentifier()):
+            return None
+        parts.append((literal, name))
+    return tuple(parts)
+
+
+def _format_map(template: str, values: Mapping[str, object]) -> str:
     merged = _Defaulting(PLACEHOLDERS)
     merged.update({k: v for k, v in values.items() if v not in (None, "")})
     try:
@@ -166,6 +203,9 @@ class Catalog:
     token_budget: int = 100
     source: str = "<built-in>"
     _by_code: Mapping[str, CatalogEntry] = field(default_factory=dict, repr=False, compare=False)
+    #: Exception class -> its row (or None), found once per class: the rows never change.
+    _by_exception: dict[type, CatalogEntry | None] = field(default_factory=dict, init=False,
+                                                            repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_code: dict[str, CatalogEntry] = {}
@@ -240,8 +280,21 @@ class Catalog:
 
     def for_exception(self, exc: BaseException) -> CatalogEntry | None:
         """The row whose ``exceptions`` names the exception's class or one of its bases."""
+        kind = type(exc)
+        known = self._by_exception
+        try:
+            return known[kind]
+        except KeyError:
+            pass
+        entry = self._for_class(kind)
+        if len(known) >= _EXCEPTION_CLASSES:  # classes made on the fly: stay bounded
+            known.clear()
+        known[kind] = entry
+        return entry
+
+    def _for_class(self, kind: type) -> CatalogEntry | None:
         names: list[str] = []
-        for klass in type(exc).__mro__:
+        for klass in kind.__mro__:
             names.append(f"{klass.__module__}.{klass.__qualname__}")
             names.append(klass.__qualname__)
         for name in names:

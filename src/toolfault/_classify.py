@@ -163,4 +163,5 @@ def from_exception(
         reason = f"the service behind {tool} could not be reached"
     else:
         reason = entry.summary or f"{tool} failed"
-    return from_entry(entry, reason, outcome=outcome, cause=exc)
+    return Failure(entry, reason, outcome, entry.retryable, failure_class=entry.failure_class,
+                   cause=exc)

@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
+from toolfault._redact import REDACTED, _is_secret_key
+
+if TYPE_CHECKING:
+    from toolfault._redact import Redactor
 
 #: Display limits for echoed arguments: long values are shortened, never the message budget.
 MAX_STRING = 64
@@ -23,6 +27,7 @@ MAX_ARGS_CHARS = 300
 EFFECT_WORD = {Outcome.NO_EFFECT: "none", Outcome.UNKNOWN: "unknown", Outcome.APPLIED: "applied"}
 
 _INFINITIES = (float("inf"), float("-inf"))
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 #: ``json.dumps(value, ensure_ascii=False)`` without building an encoder per message.
 _encode_echo = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
 
@@ -77,6 +82,11 @@ def echo_args(args: Any, *, max_chars: int = MAX_ARGS_CHARS) -> str:
         text = _encode_echo(_shrink(args))
     except (TypeError, ValueError, RecursionError):
         text = json.dumps(repr(args)[:max_chars])
+    return cut_echo(text, max_chars)
+
+
+def cut_echo(text: str, max_chars: int) -> str:
+    """Echoed arguments cut to ``max_chars``, saying how long they were."""
     if len(text) > max_chars:
         note = f"…(truncated, {len(text)} chars in all)"
         if max_chars - len(note) >= 8:
@@ -84,6 +94,113 @@ def echo_args(args: Any, *, max_chars: int = MAX_ARGS_CHARS) -> str:
         else:
             text = f"{text[:max(1, max_chars - 1)]}…"
     return text
+
+
+def redacted_echo(args: dict[Any, Any], redactor: Redactor) -> tuple[str | None, set[str]]:
+    """The whole echo of ``args`` as ``echo_args(redactor.value(args))`` would encode it
+    before cutting it to length, and ``redactor.hidden_values(args)``, in one walk.
+
+    A failure needs both; walking the arguments once instead of three times (redact, shrink,
+    look for values under secret-named keys) is most of what a first-time failure costs.
+    Members the echo leaves out (past the eighth, past depth four) are only searched for
+    hidden values, never redacted: nothing of them is shown.  The text is ``None`` when the
+    shown value cannot be encoded (an absurdly large int): the caller takes the slow path.
+    """
+    hidden: set[str] = set()
+    shown = _echo_mapping(args, 0, False, redactor, hidden)
+    try:
+        return _encode_echo(shown), hidden
+    except (TypeError, ValueError, RecursionError):
+        return None, hidden
+
+
+def _short(text: str) -> str:
+    """A string member as :func:`_shrink` shows it."""
+    if len(text) <= MAX_STRING:
+        return text
+    return f"{text[:MAX_STRING - 20]}…(+{len(text) - (MAX_STRING - 20)} chars)"
+
+
+def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: Redactor,
+                  hidden: set[str] | None) -> dict[str, Any]:
+    """``_shrink_mapping(redactor._mapping(value))``; hidden values into ``hidden``.
+
+    Keys are redacted first, as :meth:`Redactor.value` does, so two keys that redact alike
+    collapse into one (the first place, the last value) before the first eight are kept.
+    """
+    secrets = redactor.secrets
+    out: dict[str, Any] = {}
+    beyond: set[str] = set()  # keys past the eighth: counted, not shown
+    for k, v in value.items():
+        name = k if type(k) is str else _name_of(k)
+        keyed = _is_secret_key(name)
+        if keyed and hidden is not None:
+            hidden |= redactor.hidden_values({name: v})  # every leaf under a secret name
+        key = secrets(name)
+        if len(out) >= MAX_ITEMS and key not in out:
+            beyond.add(key)
+            if hidden is not None and not keyed:
+                _hidden_in(v, depth + 1, redactor, hidden)
+            continue
+        kind = type(v)
+        if kind is str:
+            out[key] = REDACTED if secret or keyed else _short(secrets(v))
+        elif v is None or kind is bool:
+            out[key] = v
+        elif kind is int:
+            out[key] = REDACTED if secret or keyed else v
+        else:
+            out[key] = _echo_value(v, depth + 1, secret or keyed, redactor,
+                                   None if keyed else hidden)
+    if beyond:
+        out["…"] = f"+{len(beyond)} more keys"
+    return out
+
+
+def _name_of(key: Any) -> str:
+    """A key that is not a str as the plain str its echo shows (never a str subclass)."""
+    text = str(key)
+    return text if type(text) is str else str.__str__(text)
+
+
+def _hidden_in(value: Any, depth: int, redactor: Redactor, hidden: set[str]) -> None:
+    """Hidden values in a member the echo leaves out (it is searched, never shown)."""
+    if type(value) not in _SCALARS:
+        hidden |= redactor.hidden_values(value, _depth=depth)
+
+
+def _echo_value(value: Any, depth: int, secret: bool, redactor: Redactor,
+                hidden: set[str] | None) -> Any:
+    """``_shrink(redactor.value(value), depth)`` (no key: the caller decided ``secret``)."""
+    kind = type(value)
+    if kind is str:
+        return REDACTED if secret else _short(redactor.secrets(value))
+    if kind is bool or value is None:
+        return value
+    if kind is int or kind is float:
+        return REDACTED if secret else _shrink(value)
+    container = kind is dict or isinstance(value, Mapping)
+    if container or isinstance(value, (list, tuple)):
+        if depth < MAX_DEPTH:
+            if container:
+                return _echo_mapping(value, depth, secret, redactor, hidden)
+            return _echo_list(value, depth, secret, redactor, hidden)
+        if hidden is not None:
+            hidden |= redactor.hidden_values(value, _depth=depth)
+        return "{…}" if container else ["…"]
+    return REDACTED if secret else _shrink(redactor.value(value, _depth=depth), depth)
+
+
+def _echo_list(value: Sequence[Any], depth: int, secret: bool, redactor: Redactor,
+               hidden: set[str] | None) -> list[Any]:
+    items = value if type(value) is list or type(value) is tuple else list(value)
+    shown = [_echo_value(v, depth + 1, secret, redactor, hidden) for v in items[:MAX_ITEMS]]
+    if len(items) > MAX_ITEMS:
+        shown.append(f"…(+{len(items) - MAX_ITEMS} items)")
+        if hidden is not None:
+            for v in items[MAX_ITEMS:]:
+                _hidden_in(v, depth + 1, redactor, hidden)
+    return shown
 
 
 def sentence(text: str) -> str:

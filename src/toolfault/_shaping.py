@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from toolfault._call import _Call
 from toolfault._catalog import fill
@@ -21,13 +21,16 @@ from toolfault._classify import Failure, from_entry
 from toolfault._errors import FailureClass, Outcome, ToolError
 from toolfault._jsontext import prebuilt_encoder
 from toolfault._message import (
+    MAX_ARGS_CHARS,
+    cut_echo,
     echo_args,
     fit_to_budget,
     format_seconds,
+    redacted_echo,
     render_error,
     render_terminal,
 )
-from toolfault._redact import REDACTED
+from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolResult
 from toolfault._tool import Alternative
 
@@ -35,6 +38,15 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
+
+
+class _Echo(NamedTuple):
+    """A failure's echoed arguments and the values it must not name (see ``Shaper._echo``)."""
+
+    text: str
+    #: The echo before it was cut to length (``None``: arguments that are not a dict).
+    whole: str | None
+    hidden: set[str]
 
 
 class Shaper:
@@ -45,8 +57,20 @@ class Shaper:
 
     def args_text(self, call: _Call) -> str:
         """The rejected arguments as echoed to the model: redacted, bounded."""
-        args = call.args if isinstance(call.args, (dict, list, str)) else repr(call.args)
-        return echo_args(self._g.redactor.value(args))
+        return self._echo(call).text
+
+    def _echo(self, call: _Call) -> _Echo:
+        """The echoed arguments and the values under secret-named keys (one walk for a dict,
+        which is what arguments are once parsed)."""
+        args, redactor = call.args, self._g.redactor
+        if type(args) is dict:
+            whole, hidden = redacted_echo(args, redactor)
+            if whole is not None:
+                return _Echo(cut_echo(whole, MAX_ARGS_CHARS), whole, hidden)
+        else:
+            hidden = redactor.hidden_values(args)
+        shown = args if isinstance(args, (dict, list, str)) else repr(args)
+        return _Echo(echo_args(redactor.value(shown)), None, hidden)
 
     def terminal(self, call: _Call, failure: Failure, count: int,
                  alternatives: Sequence[Alternative], *, blocked_for: float | None,
@@ -54,7 +78,7 @@ class Shaper:
         """The message after the cap: retrying is not allowed, here are the legal moves."""
         rendered = render_terminal(tool=call.name, code=failure.code, count=count,
                                    moves=self._moves(call, failure, alternatives),
-                                   args_text=self.args_text(call), blocked_for=blocked_for)
+                                   args_text=self._echo(call).text, blocked_for=blocked_for)
         problem = {**rendered.problem, "blocked": True} if blocked else rendered.problem
         return self._error_result(call, failure, rendered.text, problem, terminal=True,
                                   blocked=blocked)
@@ -63,13 +87,13 @@ class Shaper:
                   alternatives: Sequence[Alternative] | None = None) -> ToolResult:
         """A first (non-terminal) failure as the four-part message."""
         alts = self.alternatives(call, failure) if alternatives is None else alternatives
-        text, problem = self._four_part(call, failure, self.args_text(call), alts)
+        text, problem = self._four_part(call, failure, self._echo(call), alts)
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def halted(self, call: _Call, failure: Failure, *, retry_after: float | None,
                blocked: bool) -> ToolResult:
         """The halt message: the turn is over (or refused for a while)."""
-        text, problem = self._four_part(call, failure, self.args_text(call), [])
+        text, problem = self._four_part(call, failure, self._echo(call), [])
         problem["terminal"] = True
         problem["halt"] = True
         if retry_after is not None:
@@ -78,7 +102,7 @@ class Shaper:
                                   blocked=blocked, halt=True)
 
     def no_progress(self, call: _Call, failure: Failure) -> ToolResult:
-        text, problem = self._four_part(call, failure, self.args_text(call),
+        text, problem = self._four_part(call, failure, self._echo(call),
                                         self.alternatives(call, failure))
         problem["terminal"] = True
         return self._error_result(call, failure, text, problem, terminal=True)
@@ -94,11 +118,11 @@ class Shaper:
         secrets = self._g.redactor.secrets
         return secrets(_display_name(secrets(name[:4_000])))
 
-    def _four_part(self, call: _Call, failure: Failure, args_text: str,
+    def _four_part(self, call: _Call, failure: Failure, echo: _Echo,
                    alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
         entry = failure.entry
         redactor = self._g.redactor
-        hidden = redactor.hidden_values(call.args)
+        hidden = echo.hidden
         allow = [a for a in _strings_in(call.args) if a not in hidden]
         values: dict[str, object] = {
             "tool": call.name,
@@ -111,10 +135,12 @@ class Shaper:
             "nearest": failure.values.get("nearest"),
             "reason": failure.reason,
         }
-        reason = _without(redactor.prose(fill(entry.reason, values), allow=allow), hidden)
+        said = (failure.next_action or fill(entry.next_action, values)).rstrip(". ")
+        reason, said = _prose_pair(redactor, fill(entry.reason, values), said, allow)
+        reason = _without(reason, hidden)
         if not reason.strip(" ."):
             reason = entry.summary or f"{call.name} failed"
-        next_action = _with_moves(self._next_action(failure, values, allow, hidden),
+        next_action = _with_moves(_next_action(failure, values, _without(said, hidden)),
                                   alternatives, failure.outcome)
         retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
 
@@ -127,30 +153,19 @@ class Shaper:
             )
             return rendered.text, rendered.problem
 
-        text, problem = render(reason, args_text)
+        text, problem = render(reason, echo.text)
         budget = self._g.catalog.token_budget
         if self._g.count_tokens(text) > budget:
             # Over budget: keep the first problem only, then echo less of the arguments.
             first = failure.values.get("first_reason")
             if isinstance(first, str):
                 reason = _without(redactor.prose(first, allow=allow), hidden)
-                text, problem = render(reason, args_text)
+                text, problem = render(reason, echo.text)
             if self._g.count_tokens(text) > budget:
-                short = echo_args(redactor.value(call.args), max_chars=160)
+                short = cut_echo(echo.whole, 160) if echo.whole is not None else \
+                    echo_args(redactor.value(call.args), max_chars=160)
                 text, problem = render(reason, short)
         return text, problem
-
-    def _next_action(self, failure: Failure, values: dict[str, object], allow: list[str],
-                     hidden: set[str]) -> str:
-        """The one next move: the tool's own words, else the catalog row's; redacted."""
-        entry = failure.entry
-        next_action = failure.next_action or fill(entry.next_action, values)
-        next_action = _without(self._g.redactor.prose(next_action.rstrip(". "), allow=allow),
-                               hidden)
-        if not next_action.strip(" .\u2026"):  # a blank next action from the tool: the row's
-            next_action = fill(entry.next_action, values).rstrip(". ") or \
-                "stop and report this failure to the user"
-        return next_action
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
                       problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
@@ -184,21 +199,22 @@ class Shaper:
     @staticmethod
     def param_in(call: _Call, reason: str) -> str | None:
         """The argument a reason is about: named in it, or the only one there is."""
-        params = list(call.spec.params) if call.spec is not None else []
-        arg_keys: list[str] = []
+        keys = list(call.spec.params) if call.spec is not None else []
         if isinstance(call.args, dict):
-            arg_keys = [k for k in itertools.islice(call.args, 64) if isinstance(k, str) and k]
-        keys = params + [k for k in arg_keys if k not in params]
+            declared = set(keys)
+            keys += [k for k in itertools.islice(call.args, 64)
+                     if isinstance(k, str) and k and k not in declared]
         words = {w.rstrip(".") for w in _WORDS.findall(reason)}
         for key in keys:
             if key in words:
                 return key
         lowered = " ".join(reason.lower().split())
+        lower_words = {w.lower() for w in words}
         for key in keys:
             phrase = key.lower().replace("_", " ")
             if " " in phrase and phrase in lowered:
                 return key
-            if phrase in {w.lower() for w in words}:
+            if phrase in lower_words:
                 return key
         if isinstance(call.args, dict) and len(call.args) == 1 and keys:
             return keys[0]
@@ -237,7 +253,7 @@ class Shaper:
                              cause=exc)
         if call.spec is not None and call.spec.side_effect and call.dispatched:
             failure.outcome = Outcome.UNKNOWN
-        text, problem = self._four_part(call, failure, self.args_text(call), [])
+        text, problem = self._four_part(call, failure, self._echo(call), [])
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def seal(self, result: ToolResult) -> ToolResult:
@@ -340,8 +356,41 @@ def _with_moves(next_action: str, alternatives: Sequence[Alternative], outcome: 
     return f"{next_action}, or {moves}"
 
 
+def _next_action(failure: Failure, values: dict[str, object], said: str) -> str:
+    """The one next move: the tool's own words (``said``, redacted), else the catalog row's."""
+    if said.strip(" .\u2026"):
+        return said
+    # A blank next action from the tool: the row's.
+    return fill(failure.entry.next_action, values).rstrip(". ") or \
+        "stop and report this failure to the user"
+
+
+#: Joins a reason and a next action for one pass of :meth:`Redactor.prose`: no pattern or
+#: registered form reaches across a NUL between line breaks without consuming it.
+_PAIR = "\n\x00\n"
+
+
+def _prose_pair(redactor: Redactor, reason: str, said: str, allow: list[str]
+                ) -> tuple[str, str]:
+    """``prose`` of the reason and of the next action, in one pass when that is certain to
+    give the same words: a failure's prose is mostly fixed cost, paid once instead of twice.
+
+    Two passes when either text holds a NUL or an allowed value spans lines (it could reach
+    across the join), or when a redaction consumed the join (a private key runs to the end).
+    """
+    if "\x00" not in reason and "\x00" not in said and \
+            not any("\n" in a or "\x00" in a for a in allow):
+        joined = redactor.prose(f"{reason}{_PAIR}{said}", allow=allow)
+        if joined.count(_PAIR) == 1:
+            first, second = joined.split(_PAIR)
+            return first, second
+    return redactor.prose(reason, allow=allow), redactor.prose(said, allow=allow)
+
+
 def _without(text: str, hidden: set[str]) -> str:
     """Replace values the model passed under secret-named arguments."""
+    if not hidden:
+        return text
     for value in sorted(hidden, key=len, reverse=True):
         if value in text:
             text = text.replace(value, REDACTED)
