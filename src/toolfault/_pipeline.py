@@ -77,29 +77,12 @@ class Pipeline:
 
     # -- parse, fingerprint, admit, validate ----------------------------------------------
     def _admit(self, call: _Call) -> ToolResult | None:
+        early = self._named(call)
+        if early is not None:
+            return early
         g = self._g
-        name = call.name
-        spec = g._tools.get(name)
-        if spec is None:
-            call.name = g._shaper.safe_name(name)
-        args = call.args
-        if type(args) is not dict:
-            args = self.parse(call)
-        if g._progress.halted and g.mode == "enforce":
-            halted = g._ladder.still_halted(call, spec, args)
-            if halted is not None:
-                return halted
-        if spec is None:  # the name is the first mistake to report, whatever the arguments
-            if args is NOT_JSON:
-                call.shadow.pop("json_reason", None)
-                call.args = call.args if isinstance(call.args, str) else repr(call.args)
-            else:
-                call.args = args
-            return self._unknown_tool(call)
-        if args is NOT_JSON:
-            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
-        call.args = args
-        call.spec = spec
+        spec, args = call.spec, call.args
+        assert spec is not None
         # Every call is counted and reserved, so identical calls in flight count toward the
         # cap atomically; the fingerprint is computed now only where a store or a check
         # needs it (see LazyFingerprint).
@@ -127,14 +110,35 @@ class Pipeline:
         call.request = request  # settled when the call ends
         if not call.fp and fp.resolved:  # the store needed it: the key costs nothing now
             self.resolve_fp(call)
-        fast = spec.fast_validate
-        if fast is not None:
-            try:
-                call.kwargs = fast(args)
-                return None
-            except Exception:  # noqa: BLE001 - the full validator words the problems
-                pass
         return self._validate(call, spec, args)
+
+    def _named(self, call: _Call) -> ToolResult | None:
+        """Parse the arguments and find the tool (``call.spec`` / ``call.args`` set); the
+        halt, unknown-tool or bad-JSON answer, if that is what the call gets."""
+        g = self._g
+        name = call.name
+        spec = g._tools.get(name)
+        if spec is None:
+            call.name = g._shaper.safe_name(name)
+        args = call.args
+        if type(args) is not dict:
+            args = self.parse(call)
+        if g._progress.halted and g.mode == "enforce":
+            halted = g._ladder.still_halted(call, spec, args)
+            if halted is not None:
+                return halted
+        if spec is None:  # the name is the first mistake to report, whatever the arguments
+            if args is NOT_JSON:
+                call.shadow.pop("json_reason", None)
+                call.args = call.args if isinstance(call.args, str) else repr(call.args)
+            else:
+                call.args = args
+            return self._unknown_tool(call)
+        if args is NOT_JSON:
+            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+        call.args = args
+        call.spec = spec
+        return None
 
     def _refused(self, call: _Call) -> ToolResult | None:
         """A call the counters did not admit: over budget, blocked or busy."""
@@ -159,6 +163,13 @@ class Pipeline:
         return self._validate(call, call.spec, call.args)
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
+        fast = spec.fast_validate
+        if fast is not None:
+            try:
+                call.kwargs = fast(args)
+                return None
+            except Exception:  # noqa: BLE001, S110 - the full validator words the problems
+                pass
         g = self._g
         kwargs, problems = spec.validator.validate(args)
         if not problems:

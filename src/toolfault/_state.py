@@ -172,6 +172,9 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
 #: is a Python-level call; ``tuple.__new__`` is not).
 _new_tuple = tuple.__new__
 
+#: A new turn runs an expiry sweep at most this often (a turn beyond the bound always does).
+_SWEEP_SECONDS = 1.0
+
 
 class _Turn:
     """Counters of one (task, turn)."""
@@ -241,8 +244,10 @@ class MemoryStore:
         self._tasks: OrderedDict[str, _Task] = OrderedDict()
         self._turns: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
         self._held: dict[tuple[str, str], float] = {}
-        # Expiry sweeps run when a task or turn is new, or every _SWEEP_EVERY uses.
+        # Expiry sweeps run when a task is new, a turn is new (at most once a second, or
+        # beyond max_turns), or every _SWEEP_EVERY uses.
         self._uses = 0
+        self._next_sweep = 0.0
         # The last ceilings tuple seen and its parsed limits (guards reuse one per tool).
         self._parsed: tuple[tuple[Ceiling, ...], tuple[float | None, float | None,
                                                        float | None]] = ((), (None, None, None))
@@ -473,7 +478,11 @@ class MemoryStore:
             task = self._use_task(task_id, now)
             turn = self._turns[scope] = _Turn(task, now)
             task.turns.add(turn_no)
-            self._sweep(now, task_id, scope)
+            # A new turn sweeps when it crosses the bound, or when the last sweep is a second
+            # old (expiry needs no finer clock); otherwise the every-_SWEEP_EVERY sweep.
+            if now >= self._next_sweep or (self.max_turns is not None
+                                           and len(self._turns) > self.max_turns):
+                self._sweep(now, task_id, scope)
             return turn
         turn.used = turn.task.used = now
         self._uses += 1
@@ -493,6 +502,7 @@ class MemoryStore:
     def _sweep(self, now: float, task_id: str, scope: tuple[str, int] | None) -> None:
         """Evict, least recently used first, what outlived the TTL or the bounds."""
         self._uses = 0
+        self._next_sweep = now + _SWEEP_SECONDS
         ttl = self.ttl_seconds
         tasks, turns = self._tasks, self._turns
         current = False

@@ -21,8 +21,10 @@ whether it is met, and ``benchmarks/bench_targets.py`` checks them under pytest-
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,9 +120,11 @@ def guarded(*, hook: bool = False, as_json: bool = False) -> Callable[[], Any]:
 
 
 def guarded_trace() -> Callable[[], Any]:
-    """A guarded success writing one JSONL trace line per call (to a real file)."""
-    handle = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - lives with the lambda
-    guard = _guard(trace=handle)
+    """A guarded success writing one JSONL trace line per call to a real file, opened by
+    the guard as a user's ``Guard(trace=path)`` opens it (append mode)."""
+    folder = tempfile.mkdtemp(prefix="toolfault-bench-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    guard = _guard(trace=os.path.join(folder, "trace.jsonl"))
     return _turns(guard, TURN_JSON)
 
 
