@@ -194,3 +194,66 @@ def test_a_tool_raising_base_exception_is_shaped_not_raised(entry: str) -> None:
         else (lambda: asyncio.run(guard.acall("odd", {"q": "x"})))
     result = run()
     assert not result.ok and result.code == "internal_error"
+
+
+JSON_TEXTS = [
+    '{"a": 1}', '  {"a": [1, 2.5, "x"]}  ', '{"a": 1, "a": 2}', '{"a": "\\ud800"}',
+    '{"a": "\\u0000"}', '{"a": 123456789012345678901234567890}', '{"a": -0.0}',
+    '{"a": 2.5e-324}', '{"a": {"b": {"c": [true, false, null]}}}', '{"a": "é 漢字"}',
+    '{"a": ' + '[' * 300 + ']' * 300 + '}', '',
+]
+BAD_JSON_TEXTS = ['{"a": NaN}', '{"a": Infinity}', '{"a": 1} x', '{"a": 1,}', '[1]', '"x"',
+                  'null', '{"a": ' + '[' * 100_000 + ']' * 100_000 + '}',
+                  '{"a": ' + '1' * 5000 + '}']
+
+
+@pytest.mark.parametrize("text", JSON_TEXTS)
+def test_json_arguments_parse_as_the_standard_library_parses_them(text: str) -> None:
+    """The fast parser gives the values json.loads gives (the stdlib decides what it refuses)."""
+    import json
+
+    from toolfault._call import _Call
+    from toolfault._pipeline import _parse_json
+
+    call = _Call(None, "t", text, "c", 0.0)
+    expected = json.loads(text) if text.strip() else {}
+    parsed = _parse_json(call, text)
+    assert parsed == expected and repr(parsed) == repr(expected)
+
+
+@pytest.mark.parametrize("text", BAD_JSON_TEXTS)
+def test_json_the_fast_parser_refuses_is_worded_by_the_standard_library(text: str) -> None:
+    """What is not a JSON object with finite numbers gets a reason, never a raise."""
+    from toolfault._call import NOT_JSON, _Call
+    from toolfault._pipeline import _parse_json
+
+    call = _Call(None, "t", text, "c", 0.0)
+    assert _parse_json(call, text) is NOT_JSON
+    reason = call.shadow["json_reason"]
+    assert reason.startswith("the arguments ") and "pydantic" not in reason
+
+
+def test_guard_results_equal_the_dataclass_they_are_built_as() -> None:
+    """A result built on the hot path is a ToolResult like any other: equal, frozen, repr."""
+    import dataclasses
+
+    from toolfault import ToolResult
+    from toolfault._result import new_result
+
+    fast = new_result("t", True, "text", {"a": 1}, 1, "c1", None, "fp")
+    slow = ToolResult("t", True, "text", {"a": 1}, 1, "c1", None, "fp")
+    assert fast == slow and repr(fast) == repr(slow) and fast.fingerprint == "fp"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.text = "other"  # type: ignore[misc]
+    assert dataclasses.replace(fast, text="x").text == "x"
+
+
+def test_a_status_key_after_plain_results_is_still_seen() -> None:
+    """Remembering a tool's plain result keys never hides a status key seen later."""
+    from toolfault._returned import default_error_result
+
+    for _ in range(3):
+        assert default_error_result({"id": 1, "message": "booked"}) is None
+    assert default_error_result({"booking_status": False, "message": "Card declined"}) \
+        == "Card declined"
+    assert default_error_result({"id": 1, "message": "booked"}) is None
