@@ -209,8 +209,9 @@ class PydanticValidator:
         self.required = frozenset(n for n, f in fields.items() if get_origin(f) is Required)
 
     def _validate_kept(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Validated arguments, numbers as sent (raises pydantic's ValidationError).
-        :func:`_keep_sent_in`, with a float parameter sent a float decided inline."""
+        """Validated arguments with the numbers the model sent (raises pydantic's
+        ValidationError): see :func:`_keep_sent`; a float parameter sent a float, the usual
+        case, is decided inline."""
         validated: dict[str, Any] = self._validate(args)
         for name in self._numbers:
             value = validated.get(name)
@@ -226,10 +227,7 @@ class PydanticValidator:
 
     def validate(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[ArgumentProblem]]:
         try:
-            validated = self._validate(args)
-            if self._numbers:
-                validated = _keep_sent_in(args, validated, self._numbers)
-            return validated, []
+            return self.fast_validate(args), []
         except pydantic.ValidationError as exc:
             return args, [self._problem(err) for err in exc.errors(include_url=False)]
 
@@ -324,25 +322,6 @@ class JsonSchemaValidator:
             param, kind, f"{where} must be {expected}", expected,
             f"call {self._tool} again with {param} as {expected}",
         )
-
-
-def _keep_sent_in(sent: dict[str, Any], validated: dict[str, Any],
-                  names: tuple[str, ...]) -> dict[str, Any]:
-    """:func:`_keep_sent` for the named parameters of a freshly validated dict (in place).
-    A float parameter sent a float (the usual case) is decided inline."""
-    for name in names:
-        if name not in sent or name not in validated:
-            continue
-        value = validated[name]
-        given = sent[name]
-        if type(value) is float:
-            if type(given) is int and given == value:
-                validated[name] = given
-            continue
-        kept = _keep_sent(given, value, 1)
-        if kept is not value:
-            validated[name] = kept
-    return validated
 
 
 def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:
