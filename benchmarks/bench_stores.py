@@ -7,10 +7,6 @@ is the same function called without a guard, for comparison in the same run.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,35 +15,18 @@ from typing import Any
 import pytest
 
 from toolfault import Guard, MemoryStore, Store
+from toolfault.bench._store_overhead import redis_server
 from toolfault.stores import SQLiteStore
 from toolfault.stores._throughput import lookup
 
 
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
-    """A throwaway redis-server for the benchmark."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("redis-server did not start")
-            time.sleep(0.02)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.kill()
-    proc.wait(timeout=10)
+    """A throwaway redis-server for the benchmark (or ``TOOLFAULT_REDIS_URL``)."""
+    with redis_server(None) as url:
+        if url is None:
+            pytest.skip("no redis-server could be started")
+        yield url
 
 
 def guarded(store: Store) -> Guard:

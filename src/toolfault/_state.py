@@ -176,6 +176,39 @@ _new_tuple = tuple.__new__
 _SWEEP_SECONDS = 1.0
 
 
+class _Aging(Protocol):
+    """A task or turn as eviction sees it: last use, and last use when placed in order."""
+
+    used: float
+    placed: float
+
+
+_K = TypeVar("_K")
+_A = TypeVar("_A", bound=_Aging)
+
+
+def _evict(entries: OrderedDict[_K, _A], current: _K | None, now: float, ttl: float | None,
+           bound: int | None, forget: Callable[[_K], None]) -> None:
+    """Forget, least recently used first, what outlived ``ttl`` or exceeds ``bound`` (LRU by
+    the clock algorithm: one used since it was placed gets a second chance, moved to the
+    end).  ``current`` (in use) is never evicted; past it a second time, the sweep stops."""
+    passed = False
+    while entries:
+        oldest, entry = next(iter(entries.items()))
+        if oldest == current:
+            if passed:
+                break
+            passed = True
+        if entry.used > entry.placed or oldest == current:
+            entry.placed = entry.used
+            entries.move_to_end(oldest)
+            continue
+        if not ((ttl is not None and now - entry.used > ttl)
+                or (bound is not None and len(entries) > bound)):
+            break
+        forget(oldest)
+
+
 class _Turn:
     """Counters of one (task, turn)."""
 
@@ -504,37 +537,9 @@ class MemoryStore:
         self._uses = 0
         self._next_sweep = now + _SWEEP_SECONDS
         ttl = self.ttl_seconds
-        tasks, turns = self._tasks, self._turns
-        current = False
-        while tasks:
-            oldest, task = next(iter(tasks.items()))
-            if oldest == task_id:  # the task in use is never evicted: past it once, stop
-                if current:
-                    break
-                current = True
-            if task.used > task.placed or oldest == task_id:  # used since placed: 2nd chance
-                task.placed = task.used
-                tasks.move_to_end(oldest)
-                continue
-            if not ((ttl is not None and now - task.used > ttl)
-                    or (self.max_tasks is not None and len(tasks) > self.max_tasks)):
-                break
-            self._forget_task(oldest, now)
-        current = False
-        while turns:
-            old, turn = next(iter(turns.items()))
-            if old == scope:
-                if current:
-                    break
-                current = True
-            if turn.used > turn.placed or old == scope:
-                turn.placed = turn.used
-                turns.move_to_end(old)
-                continue
-            if not ((ttl is not None and now - turn.used > ttl)
-                    or (self.max_turns is not None and len(turns) > self.max_turns)):
-                break
-            self._forget_turn(old)
+        _evict(self._tasks, task_id, now, ttl, self.max_tasks,
+               lambda oldest: self._forget_task(oldest, now))
+        _evict(self._turns, scope, now, ttl, self.max_turns, self._forget_turn)
 
     def _forget_turn(self, scope: tuple[str, int]) -> None:
         turn = self._turns.pop(scope)

@@ -88,7 +88,7 @@ def redis_round_trips(successes: int, url: str | None = None) -> dict[str, Any]:
     except ImportError:
         return _figure(label, None, ROUND_TRIPS_PER_SUCCESS, "round trips",
                        skipped="redis-py is not installed")
-    with _redis_server(url) as found:
+    with redis_server(url) as found:
         if found is None:
             return _figure(label, None, ROUND_TRIPS_PER_SUCCESS, "round trips",
                            skipped="no Redis reachable and no redis-server to start")
@@ -128,7 +128,7 @@ def _successes(store: Store, count: int) -> None:
 
 
 @contextlib.contextmanager
-def _redis_server(url: str | None) -> Iterator[str | None]:
+def redis_server(url: str | None) -> Iterator[str | None]:
     """A reachable server: the one given, ``TOOLFAULT_REDIS_URL``, or a temporary one."""
     url = url or os.environ.get("TOOLFAULT_REDIS_URL")
     if url:
