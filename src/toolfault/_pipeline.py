@@ -25,6 +25,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import ValidationError
 from pydantic_core import from_json as _from_json
 
 from toolfault._admission import CallKey, LazyFingerprint
@@ -35,6 +36,7 @@ from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint
 from toolfault._message import echo_args
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult, new_result
+from toolfault._schema import PydanticValidator
 from toolfault._tool import ToolSpec
 
 if TYPE_CHECKING:
@@ -163,15 +165,16 @@ class Pipeline:
         return self._validate(call, call.spec, call.args)
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
-        fast = spec.fast_validate
-        if fast is not None:
+        fast, validator = spec.fast_validate, spec.validator
+        if fast is not None and isinstance(validator, PydanticValidator):
             try:
                 call.kwargs = fast(args)
                 return None
-            except Exception:  # noqa: BLE001, S110 - the full validator words the problems
-                pass
+            except ValidationError as exc:  # worded from this error: not validated twice
+                kwargs, problems = args, validator.problems(exc)
+        else:
+            kwargs, problems = validator.validate(args)
         g = self._g
-        kwargs, problems = spec.validator.validate(args)
         if not problems:
             call.kwargs = kwargs
             return None

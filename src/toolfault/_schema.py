@@ -24,6 +24,7 @@ from typing import (
 )
 
 import pydantic
+import pydantic_core
 from pydantic import ConfigDict, TypeAdapter
 from typing_extensions import TypedDict
 
@@ -229,7 +230,11 @@ class PydanticValidator:
         try:
             return self.fast_validate(args), []
         except pydantic.ValidationError as exc:
-            return args, [self._problem(err) for err in exc.errors(include_url=False)]
+            return args, self.problems(exc)
+
+    def problems(self, exc: pydantic_core.ValidationError) -> list[ArgumentProblem]:
+        """What a validation error says, in the guard's words (one problem per error)."""
+        return [self._problem(err) for err in exc.errors(include_url=False)]
 
     def _problem(self, err: Any) -> ArgumentProblem:
         loc = [str(p) for p in err.get("loc", ())]
