@@ -86,6 +86,8 @@ class _Call:
     attempts: int = 0
     dispatched: bool = False
     replayable: bool = False
+    #: The arguments were JSON text the fast parser took whole (see ``_lazy_json``).
+    plain_json: bool = False
 
     def __init__(self, spec: ToolSpec | None, name: str, args: Any, call_id: str,
                  started: float) -> None:

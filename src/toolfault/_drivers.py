@@ -1,10 +1,12 @@
 """The two drivers: the only code that runs a tool body, a postcondition or a wait.
 
 :func:`run_sync` and :func:`run_async` walk the same decision pipeline
-(:meth:`toolfault._pipeline.Pipeline.steps`), performing each step it yields: a
-:class:`~toolfault._call.Dispatch` (the tool, within its timeout and the call's deadline), a
-:class:`~toolfault._call.Verify` (the postcondition, time-bounded) or a
-:class:`~toolfault._call.Sleep`.  Everything else, every decision, is in the pipeline, once.
+(:class:`toolfault._pipeline.Pipeline`): ``admit``, a side-effect tool's ``precheck``
+steps, the first dispatch, then ``returned`` or, after a raise, the ``raised`` steps.  They
+perform each step the pipeline yields: a :class:`~toolfault._call.Dispatch` (the tool,
+within its timeout and the call's deadline), a :class:`~toolfault._call.Verify` (the
+postcondition, time-bounded) or a :class:`~toolfault._call.Sleep`.  Everything else, every
+decision, is in the pipeline, once.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-from toolfault._call import DISPATCH, VERIFY, Sleep, _Call, _Raised, _run_coroutine, _Value
+from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
 from toolfault._result import ToolContext, ToolResult
 from toolfault._tool import ToolSpec, verdict_of
@@ -65,7 +67,25 @@ class Workers:
 # -- the sync driver ---------------------------------------------------------------------
 def run_sync(guard: Guard, call: _Call) -> ToolResult:
     """Drive one call's pipeline on the caller's thread."""
-    steps = guard._pipeline.steps(call)
+    pipeline = guard._pipeline
+    early = pipeline.admit(call)
+    if early is not None:
+        return early
+    assert call.spec is not None
+    if call.spec.side_effect:  # the effect channel first: claim the key, verify what is pending
+        answered: ToolResult | None = _steps_sync(guard, call, pipeline.precheck(call))
+        if answered is not None:
+            return answered
+    try:
+        value = _invoke_sync(guard, call)
+    except Exception as exc:  # the pipeline classifies it
+        result: ToolResult = _steps_sync(guard, call, pipeline.raised(call, exc))
+        return result
+    return pipeline.returned(call, value)
+
+
+def _steps_sync(guard: Guard, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
+    """Perform the steps the pipeline yields until it returns; what it returns."""
     reply: Any = None
     try:
         while True:
@@ -83,13 +103,14 @@ def run_sync(guard: Guard, call: _Call) -> ToolResult:
                     guard._sleep(step.seconds)
                 reply = None
     except StopIteration as done:
-        result: ToolResult = done.value
-        return result
+        return done.value
 
 
 def _invoke_sync(guard: Guard, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
+    call.attempts += 1
+    call.dispatched = True
     kwargs = call.kwargs if spec.context_param is None else _with_context(guard, call)
     deadline = guard.deadline
     if spec.timeout is None and not spec.is_async and not guard.isolate_sync_tools and (
@@ -151,7 +172,25 @@ def _postcondition_sync(guard: Guard, call: _Call) -> Outcome | None:
 # -- the async driver --------------------------------------------------------------------
 async def run_async(guard: Guard, call: _Call) -> ToolResult:
     """Drive one call's pipeline in the running event loop; sync tools run in a thread."""
-    steps = guard._pipeline.steps(call)
+    pipeline = guard._pipeline
+    early = pipeline.admit(call)
+    if early is not None:
+        return early
+    assert call.spec is not None
+    if call.spec.side_effect:  # the effect channel first: claim the key, verify what is pending
+        answered: ToolResult | None = await _steps_async(guard, call, pipeline.precheck(call))
+        if answered is not None:
+            return answered
+    try:
+        value = await _invoke_async(guard, call)
+    except Exception as exc:  # the pipeline classifies it
+        result: ToolResult = await _steps_async(guard, call, pipeline.raised(call, exc))
+        return result
+    return pipeline.returned(call, value)
+
+
+async def _steps_async(guard: Guard, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
+    """Perform the steps the pipeline yields until it returns; what it returns."""
     reply: Any = None
     try:
         while True:
@@ -169,13 +208,14 @@ async def run_async(guard: Guard, call: _Call) -> ToolResult:
                     await _async_sleep(guard._sleep)(step.seconds)
                 reply = None
     except StopIteration as done:
-        result: ToolResult = done.value
-        return result
+        return done.value
 
 
 async def _invoke_async(guard: Guard, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
+    call.attempts += 1
+    call.dispatched = True
     kwargs = _with_context(guard, call)
     limit = guard._pipeline.attempt_limit(call, spec.timeout)
     if limit is not None and limit <= 0:

@@ -316,12 +316,13 @@ class Guard:
         Only ``KeyboardInterrupt`` and ``SystemExit`` propagate; anything else, whatever the
         tool raised or the guard tripped on, comes back as a shaped result.
         """
-        call = _Call(None, "unnamed_tool", args, "", time.monotonic())
+        if type(name) is str and call_id is None:  # the common case, inline
+            call = _Call(None, name, args, _new_call_id(), time.monotonic())
+        else:
+            call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
             try:
-                if type(name) is str and call_id is None:  # the common case, inline
-                    call.name, call.call_id = name, _new_call_id()
-                else:
+                if not call.call_id:
                     _name_call(call, name, call_id)
                 result = run_sync(self, call)
             except Exception as exc:  # the guard's own bug, or a BaseException of the tool
@@ -332,11 +333,15 @@ class Guard:
                 raise
             return self._shaper.last_resort(name, args, call_id, exc)
         finally:
-            if call.request is not None or call.held:
-                try:
+            request = call.request
+            try:
+                if request is not None and not call.held:  # settle, inline: the common case
+                    call.request = None
+                    self._store.settle(request)
+                elif request is not None or call.held:
                     self._effects.release(call)
-                except Exception:  # noqa: BLE001, S110 - leases and key TTLs are the backstop
-                    pass
+            except Exception:  # noqa: BLE001, S110 - leases and key TTLs are the backstop
+                pass
 
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:

@@ -1,12 +1,14 @@
 """The decision pipeline: one call from raw arguments to a shaped result, written once.
 
 parse -> fingerprint -> admit -> validate -> precheck -> dispatch -> classify -> shape ->
-record.  :meth:`Pipeline.steps` is a generator (the model is tenacity's ``BaseRetrying.iter``):
-whenever it needs the world it yields a step -- :data:`~toolfault._call.DISPATCH` (run the
-tool), :data:`~toolfault._call.VERIFY` (run its postcondition) or a
-:class:`~toolfault._call.Sleep` -- and is sent back what happened.  The sync and async
-drivers (:mod:`toolfault._drivers`) perform those steps; nothing here runs a tool or waits,
-so both entry points take the same decisions by construction.
+record.  The drivers (:mod:`toolfault._drivers`) walk its phases: :meth:`Pipeline.admit`
+(pure), a side-effect tool's :meth:`Pipeline.precheck`, the first dispatch, then
+:meth:`Pipeline.returned` or, after a raise, :meth:`Pipeline.raised`.  Where a phase needs
+the world it is a generator (the model is tenacity's ``BaseRetrying.iter``): it yields a
+step -- :data:`~toolfault._call.DISPATCH` (run the tool), :data:`~toolfault._call.VERIFY`
+(run its postcondition) or a :class:`~toolfault._call.Sleep` -- and is sent back what
+happened.  Nothing here runs a tool or waits, so both entry points take the same decisions
+by construction.
 
 There is no separate fast path: a success is cheap because the pipeline is.  The fingerprint,
 the costliest step, is computed lazily: a local store admits a call in a quiet turn without
@@ -36,7 +38,7 @@ from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint
 from toolfault._message import echo_args
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult, new_result
-from toolfault._schema import PydanticValidator
+from toolfault._schema import ArgumentProblem, PydanticValidator
 from toolfault._tool import ToolSpec
 
 if TYPE_CHECKING:
@@ -46,6 +48,10 @@ log = logging.getLogger("toolfault")
 
 Steps = Generator[Step, Any, ToolResult]
 _MAX_JSON_CHARS = 2_000_000
+#: Parsed JSON text this short has a canonical form far below MAX_CANONICAL_BYTES.
+_LAZY_JSON_CHARS = 10_000
+#: ... and with at most this many brackets it is nested no deeper than the walk goes.
+_LAZY_JSON_BRACKETS = 100
 #: The ledger keeps a success's text for replays up to this size.
 _MAX_TOLD_TEXT = 100_000
 
@@ -56,39 +62,28 @@ class Pipeline:
     def __init__(self, guard: Guard) -> None:
         self._g = guard
 
-    # -- the whole call ------------------------------------------------------------------
-    def steps(self, call: _Call) -> Steps:
-        """One call, start to finish; yields the IO it needs, returns the result."""
-        early = self._admit(call)
-        if early is None and call.spec is not None and call.spec.side_effect:
-            early = yield from self._g._effects.precheck(call)
-        if early is not None:
-            return early
-        spec = call.spec
-        assert spec is not None
-        call.attempts = 1
-        call.dispatched = True
-        reply = yield DISPATCH
-        if type(reply) is _Value:  # a value, or a returned error (final: never retried)
-            returned = self._returned_error(call, reply.value)
-            if returned is None:
-                return self._succeeded(call, reply.value)
-            return self._finish(call, returned)
-        done = yield from self._attempts(call, reply)
-        return self._finish(call, done)
-
-    # -- parse, fingerprint, admit, validate ----------------------------------------------
-    def _admit(self, call: _Call) -> ToolResult | None:
-        early = self._named(call)
-        if early is not None:
-            return early
+    # -- the phases the drivers walk ---------------------------------------------------
+    # admit -> [precheck: a side-effect tool's steps] -> dispatch (the driver) -> returned,
+    # or raised (the retry loop's steps).  Only what needs the world is a generator: a
+    # success goes through none.
+    def admit(self, call: _Call) -> ToolResult | None:
+        """Parse, name, fingerprint, count and validate: the answer a call gets before it
+        may run, or ``None`` (dispatch it with ``call.kwargs``)."""
         g = self._g
-        spec, args = call.spec, call.args
+        spec = g._tools.get(call.name)
+        args = call.args
+        if type(args) is not dict:
+            args = self.parse(call)
+        if spec is None or args is NOT_JSON or g._progress.halted:
+            early = self._named(call, spec, args)
+            if early is not None:
+                return early
         assert spec is not None
+        call.spec, call.args = spec, args
         # Every call is counted and reserved, so identical calls in flight count toward the
         # cap atomically; the fingerprint is computed now only where a store or a check
         # needs it (see LazyFingerprint).
-        if spec.plain and not spec.normalizers and _plain(args):
+        if spec.plain and not spec.normalizers and (call.plain_json or _plain(args)):
             fp: LazyFingerprint = _Deferred(spec, args)
         else:
             problem = self.resolve_fp(call)
@@ -96,6 +91,53 @@ class Pipeline:
                 return self.fail_unscoped(call, "invalid_argument", problem)
             fp = LazyFingerprint(call.fp)
         call.fingerprint = fp
+        return self._counted(call, spec, args, fp)
+
+    def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
+        """A side-effect tool's steps before it runs: claim its key, verify what an earlier
+        attempt left (``None``: dispatch)."""
+        return self._g._effects.precheck(call)
+
+    def returned(self, call: _Call, value: Any) -> ToolResult:
+        """The first attempt returned: a result, or a returned error (final: not retried)."""
+        if call.spec is not None and call.spec.error_result is not None:
+            failure = self._returned_error(call, value)
+            if failure is not None:
+                return self._finish(call, failure)
+        return self._succeeded(call, value)
+
+    def raised(self, call: _Call, exc: Exception) -> Steps:
+        """The first attempt raised: classify, verify, retry what is transient (the steps
+        the driver performs), then shape what is final."""
+        done = yield from self._attempts(call, _Raised(exc))
+        return self._finish(call, done)
+
+    # -- parse, fingerprint, admit, validate ----------------------------------------------
+    def _named(self, call: _Call, spec: ToolSpec | None, args: Any) -> ToolResult | None:
+        """The uncommon starts: a halted turn, an unknown tool, arguments that are not a
+        JSON object (their answer; ``None`` when the call goes on)."""
+        g = self._g
+        if spec is None:
+            call.name = g._shaper.safe_name(call.name)
+        if g._progress.halted and g.mode == "enforce":
+            halted = g._ladder.still_halted(call, spec, args)
+            if halted is not None:
+                return halted
+        if spec is None:  # the name is the first mistake to report, whatever the arguments
+            if args is NOT_JSON:
+                call.shadow.pop("json_reason", None)
+                call.args = call.args if isinstance(call.args, str) else repr(call.args)
+            else:
+                call.args = args
+            return self._unknown_tool(call)
+        if args is NOT_JSON:
+            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+        return None
+
+    def _counted(self, call: _Call, spec: ToolSpec, args: dict[str, Any],
+                 fp: LazyFingerprint) -> ToolResult | None:
+        """Admission by the counters, then validation."""
+        g = self._g
         if g.limits.block_seconds is not None and g._progress.has_capped(g.task_id, g._turn):
             self.resolve_fp(call)
             assert call.key is not None
@@ -110,36 +152,18 @@ class Pipeline:
         if adm.over is not None or adm.blocked or adm.busy:
             return self._refused(call)
         call.request = request  # settled when the call ends
-        if not call.fp and fp.resolved:  # the store needed it: the key costs nothing now
+        if not call.fp and fp._value is not None:  # the store needed it: the key is free now
             self.resolve_fp(call)
-        return self._validate(call, spec, args)
-
-    def _named(self, call: _Call) -> ToolResult | None:
-        """Parse the arguments and find the tool (``call.spec`` / ``call.args`` set); the
-        halt, unknown-tool or bad-JSON answer, if that is what the call gets."""
-        g = self._g
-        name = call.name
-        spec = g._tools.get(name)
-        if spec is None:
-            call.name = g._shaper.safe_name(name)
-        args = call.args
-        if type(args) is not dict:
-            args = self.parse(call)
-        if g._progress.halted and g.mode == "enforce":
-            halted = g._ladder.still_halted(call, spec, args)
-            if halted is not None:
-                return halted
-        if spec is None:  # the name is the first mistake to report, whatever the arguments
-            if args is NOT_JSON:
-                call.shadow.pop("json_reason", None)
-                call.args = call.args if isinstance(call.args, str) else repr(call.args)
-            else:
-                call.args = args
-            return self._unknown_tool(call)
-        if args is NOT_JSON:
-            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
-        call.args = args
-        call.spec = spec
+        fast = spec.fast_validate
+        if fast is None:
+            return self._validate(call, spec, args)
+        try:
+            call.kwargs = fast(args)
+        except ValidationError as exc:  # worded from this error: not validated twice
+            validator = spec.validator
+            return self._invalid(call, args, validator.problems(exc)
+                                 if isinstance(validator, PydanticValidator)
+                                 else validator.validate(args)[1])
         return None
 
     def _refused(self, call: _Call) -> ToolResult | None:
@@ -165,19 +189,17 @@ class Pipeline:
         return self._validate(call, call.spec, call.args)
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
-        fast, validator = spec.fast_validate, spec.validator
-        if fast is not None and isinstance(validator, PydanticValidator):
-            try:
-                call.kwargs = fast(args)
-                return None
-            except ValidationError as exc:  # worded from this error: not validated twice
-                kwargs, problems = args, validator.problems(exc)
-        else:
-            kwargs, problems = validator.validate(args)
-        g = self._g
+        """Validation where the fast validator is not the whole story (any validator)."""
+        kwargs, problems = spec.validator.validate(args)
         if not problems:
             call.kwargs = kwargs
             return None
+        return self._invalid(call, args, problems)
+
+    def _invalid(self, call: _Call, args: dict[str, Any], problems: list[ArgumentProblem]
+                 ) -> ToolResult | None:
+        """Arguments the schema rejects: ``invalid_argument`` (observe mode: a mark)."""
+        g = self._g
         if g.mode == "observe":
             call.shadow["would_reject"] = problems[0].reason
             call.kwargs = dict(args)
@@ -274,8 +296,6 @@ class Pipeline:
             waited += delay
             left = self.left(call)
             yield Sleep(delay if left is None else max(0.0, min(delay, left)))
-            call.attempts += 1
-            call.dispatched = True
             reply = yield DISPATCH
 
     def _retryable(self, failure: Failure) -> bool:
@@ -489,6 +509,15 @@ def _fingerprint_of(spec: ToolSpec, args: dict[str, Any]) -> str:
 _SCALARS = (int, bool, type(None))
 
 
+def _lazy_json(text: str) -> bool:
+    """Whether what the fast parser made of ``text`` surely has a fingerprint (so it may
+    wait): it holds only strings without lone surrogates, finite numbers, bools, nulls,
+    lists and string-keyed objects; bounded size and bracket count bound its canonical size
+    and depth."""
+    return len(text) <= _LAZY_JSON_CHARS and \
+        text.count("[") + text.count("{") <= _LAZY_JSON_BRACKETS
+
+
 def _plain(args: dict[str, Any]) -> bool:
     """Arguments the canonical fingerprint surely accepts (so it may be computed later):
     string keys; strings, ints, bools, nulls, finite floats and flat lists of them."""
@@ -530,6 +559,7 @@ def _parse_json(call: _Call, raw: str | bytes | bytearray) -> Any:
         # the same values wherever it accepts the text.  What it refuses (NaN, lone
         # surrogates, depth, bad JSON) the standard parser decides and words, as before.
         parsed = _from_json(text, allow_inf_nan=False)
+        call.plain_json = _lazy_json(text)
     except ValueError:
         parsed = _parse_json_slowly(call, text)
     if type(parsed) is dict or parsed is NOT_JSON:
