@@ -10,7 +10,6 @@ conservative estimate that over-counts punctuation-heavy text such as JSON.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 import tempfile
@@ -22,7 +21,9 @@ from typing import Any, Literal
 #: estimate, exact or nothing, or your own counter.
 Tokenizer = Literal["auto", "estimate", "exact"] | Callable[[str], int]
 
-_PIECES = re.compile(r"[A-Za-z]+|[0-9]{1,3}|[^\x00-\x7f]|[^\sA-Za-z0-9\x80-\U0010ffff]+")
+_LETTERS = re.compile(r"[A-Za-z]+")
+_DIGITS = re.compile(r"[0-9]+")
+_PUNCTUATION = re.compile(r"[^\sA-Za-z0-9\x80-\U0010ffff]+")
 _ENCODING_URL = (
     "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 )
@@ -36,19 +37,21 @@ def estimate_tokens(text: str) -> int:
     emoji take a token per byte, so the budget holds in every script, at the price of
     over-counting common CJK about 2x); 3-digit groups one; punctuation runs one per 2.
     Calibrated against cl100k_base on toolfault's own messages (about 5-20% high).
+
+    The four kinds of piece never share a character, so each is found by its own scan and
+    the non-ASCII characters are counted from the encoded length, not one by one.
     """
     total = 0
-    for piece in _PIECES.findall(text):
-        first = piece[0]
-        if first.isascii() and first.isalpha():
-            regular = piece.islower() or piece.isupper() or piece.istitle()
-            total += max(1, math.ceil(len(piece) / (6 if regular else 2)))
-        elif first.isascii() and not first.isdigit():
-            total += max(1, math.ceil(len(piece) / 2))
-        elif first.isascii():
-            total += 1
-        else:
-            total += len(piece.encode("utf-8", "surrogatepass"))
+    for word in _LETTERS.findall(text):
+        regular = word.islower() or word.isupper() or word.istitle()
+        total += (len(word) + 5) // 6 if regular else (len(word) + 1) // 2
+    for run in _DIGITS.findall(text):
+        total += (len(run) + 2) // 3
+    for run in _PUNCTUATION.findall(text):
+        total += (len(run) + 1) // 2
+    if not text.isascii():
+        # The UTF-8 bytes of the non-ASCII characters: all bytes less one per ASCII one.
+        total += len(text.encode("utf-8", "surrogatepass")) - len(text.encode("ascii", "ignore"))
     return total
 
 
