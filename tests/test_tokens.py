@@ -149,3 +149,85 @@ def test_fit_and_count_reports_the_tokens_of_the_text_it_returns() -> None:
                                               estimate_tokens)
         assert tokens == estimate_tokens(text) and tokens <= budget
         assert problem["detail"].rstrip(".") in text
+
+
+_COUNTED = [
+    "", "x", "search_flights failed (code: invalid_argument).\nReason: max_price must be > 0.",
+    "Ünïcödé テキスト 中文字符 😀😀 " * 20, "   \n\n\t  trailing   ", "'s 're 've 'll 'd",
+    "1234567",
+    '{"origin": "SFO", "max_stops": 1, "airlines": ["UA", "AA"]}' * 30,
+    "lone \ud800 surrogate", "<|not special|> but close", "a" * 5_000,
+]
+
+
+@pytest.mark.parametrize("text", _COUNTED)
+def test_the_backend_count_is_what_encode_counts(text: str) -> None:
+    """The exact counter asks the tokenizer's backend directly: the same number encode's
+    length gives, on every kind of text (surrogates and would-be special tokens included)."""
+    bpe_openai = pytest.importorskip("bpe_openai")
+    bundled = bpe_openai.get_encoding("cl100k_base")
+    assert _tokens._bundled_counter(bundled)(text) == len(bundled.encode(text))
+
+
+def test_a_special_token_is_refused_as_encode_refuses_it() -> None:
+    """Text holding a special token goes through encode, which raises as it always did."""
+    bpe_openai = pytest.importorskip("bpe_openai")
+    bundled = bpe_openai.get_encoding("cl100k_base")
+    counter = _tokens._bundled_counter(bundled)
+    with pytest.raises(Exception, match="endoftext") as raised:
+        bundled.encode("stop <|endoftext|> here")
+    with pytest.raises(type(raised.value)):
+        counter("stop <|endoftext|> here")
+
+
+def test_a_backend_that_disagrees_is_not_trusted() -> None:
+    """Another version of the package whose backend counts differently: encode is used."""
+
+    class Backend:
+        def count(self, text: str) -> int:
+            return 1
+
+    class Bundled:
+        _backend = Backend()
+
+        def encode(self, text: str) -> list[int]:
+            return list(range(len(text)))
+
+        def _check_chunk_limit(self, tokens: int) -> None:
+            return None
+
+    assert _tokens._bundled_counter(Bundled())("abcd") == 4
+
+
+def _estimate_piece_by_piece(text: str) -> int:
+    """The estimate as first defined: one scan, each piece priced by its first character."""
+    import math
+    import re
+
+    total = 0
+    pieces = re.findall(r"[A-Za-z]+|[0-9]{1,3}|[^\x00-\x7f]|[^\sA-Za-z0-9\x80-\U0010ffff]+", text)
+    for piece in pieces:
+        first = piece[0]
+        if first.isascii() and first.isalpha():
+            regular = piece.islower() or piece.isupper() or piece.istitle()
+            total += max(1, math.ceil(len(piece) / (6 if regular else 2)))
+        elif first.isascii() and not first.isdigit():
+            total += max(1, math.ceil(len(piece) / 2))
+        elif first.isascii():
+            total += 1
+        else:
+            total += len(piece.encode("utf-8", "surrogatepass"))
+    return total
+
+
+def test_the_estimate_is_the_piece_by_piece_count() -> None:
+    """Scanning each kind of piece on its own gives the count of one scan over all of them."""
+    import random
+
+    rnd = random.Random(7)
+    alphabet = "aZ09 _-.,;:!?\t\n\x1c\x1f\x7f\x00\x85\xa0é漢😀\ud800{}[]\"'abcXYZ123"
+    texts = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 40)))
+             for _ in range(3_000)]
+    texts.append(example_message(Catalog.default(), Catalog.default().get("invalid_argument")))
+    for text in texts:
+        assert estimate_tokens(text) == _estimate_piece_by_piece(text), repr(text)

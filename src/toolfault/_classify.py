@@ -27,6 +27,25 @@ _INFRA_TEXT = re.compile(
     r"[^\n;]{0,300}?\b(?:FROM|INTO|SET|TABLE|WHERE|VALUES|JOIN)\b|"
     r"(?i:\bselect\s++\*\s++from\b|\binsert\s++into\s|\bdelete\s++from\s|"
     r"\bfrom\s++\w++\s++where\b|\bupdate\s++\w++\s++set\s)")
+#: Every match of _INFRA_TEXT holds one of these, lower-cased (ASCII text only: under its
+#: case-insensitive parts "ſ", "ı", "İ" and the Kelvin sign match ASCII letters).
+_INFRA_WORDS = ("traceback", 'file "', "select", "insert", "update", "delete", "with",
+                "create", "drop", "alter", "truncate", "merge", "from")
+
+
+def _infra_text(text: str) -> bool:
+    """Whether an exception's text speaks the infrastructure's language (_INFRA_TEXT), the
+    regex run only on text that holds one of its words."""
+    if text.isascii():
+        low = text.lower()
+        for word in _INFRA_WORDS:  # noqa: SIM110 - no generator frame per failure
+            if word in low:
+                break
+        else:
+            return False
+    return _INFRA_TEXT.search(text) is not None
+
+
 #: Rows whose exception text is the operation's own words, not the infrastructure's.
 _TEXT_IS_REASON = {"invalid_argument", "not_found", "conflict"}
 
@@ -155,7 +174,7 @@ def from_exception(
     ):
         outcome = Outcome.UNKNOWN
     text = _text_of(exc)
-    if entry.code in _TEXT_IS_REASON and text.strip(" .") and not _INFRA_TEXT.search(text):
+    if entry.code in _TEXT_IS_REASON and text.strip(" .") and not _infra_text(text):
         reason = text[:240]
     elif entry.code == "timeout":
         reason = f"{tool} did not answer in time"

@@ -83,10 +83,10 @@ class ToolError(Exception):
         self.retryable = retryable
         self.outcome = outcome
         self.failure_class = failure_class
-        self.alternatives = tuple(alternatives)
+        self.alternatives = alternatives if type(alternatives) is tuple else tuple(alternatives)
         self.retry_after = retry_after
         self.param = param
-        self.details = dict(details or {})
+        self.details = dict(details) if details else {}
 
     def __repr__(self) -> str:
         return f"ToolError(code={self.code!r}, reason={self.reason!r})"

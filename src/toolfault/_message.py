@@ -144,11 +144,17 @@ def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: 
             continue
         kind = type(v)
         if kind is str:
-            out[key] = REDACTED if secret or keyed else _short(secrets(v))
+            if secret or keyed:
+                out[key] = REDACTED
+            else:
+                shown = secrets(v)
+                out[key] = shown if len(shown) <= MAX_STRING else _short(shown)
         elif v is None or kind is bool:
             out[key] = v
         elif kind is int:
             out[key] = REDACTED if secret or keyed else v
+        elif kind is float:  # finite: as it is; NaN and infinities as _shrink words them
+            out[key] = REDACTED if secret or keyed else (v if v - v == 0.0 else _shrink(v))
         else:
             out[key] = _echo_value(v, depth + 1, secret or keyed, redactor,
                                    None if keyed else hidden)
@@ -194,7 +200,10 @@ def _echo_value(value: Any, depth: int, secret: bool, redactor: Redactor,
 def _echo_list(value: Sequence[Any], depth: int, secret: bool, redactor: Redactor,
                hidden: set[str] | None) -> list[Any]:
     items = value if type(value) is list or type(value) is tuple else list(value)
-    shown = [_echo_value(v, depth + 1, secret, redactor, hidden) for v in items[:MAX_ITEMS]]
+    secrets = redactor.secrets
+    # Strings (most members) inline, as _echo_value words them.
+    shown = [(REDACTED if secret else _short(secrets(v))) if type(v) is str
+             else _echo_value(v, depth + 1, secret, redactor, hidden) for v in items[:MAX_ITEMS]]
     if len(items) > MAX_ITEMS:
         shown.append(f"…(+{len(items) - MAX_ITEMS} items)")
         if hidden is not None:

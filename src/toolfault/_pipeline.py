@@ -332,8 +332,9 @@ class Pipeline:
         failure = from_exception(exc, self._g.catalog, tool=call.name,
                                  side_effect=call.spec.side_effect)
         # One quiet line per failure; the traceback only when asked (see RedactingFilter).
-        log.info("tool %s raised %s (code %s)", call.name, type(exc).__name__, failure.code,
-                 exc_info=exc)
+        if log.isEnabledFor(logging.INFO):  # disabled: not even the arguments are built
+            log.info("tool %s raised %s (code %s)", call.name, type(exc).__name__,
+                     failure.code, exc_info=exc)
         return failure
 
     def left(self, call: _Call) -> float | None:

@@ -31,7 +31,7 @@ from toolfault._message import (
     render_terminal,
 )
 from toolfault._redact import REDACTED, Redactor
-from toolfault._result import FailureInfo, ToolResult
+from toolfault._result import FailureInfo, ToolResult, new_result
 from toolfault._tool import Alternative
 
 if TYPE_CHECKING:
@@ -173,17 +173,15 @@ class Shaper:
         if self._g.mode == "observe":
             call.shadow["would_say"] = text
             text = self._g.redactor.secrets(_unshaped_text(call.name, failure))
-        info = FailureInfo(
-            code=failure.code, outcome=failure.outcome, terminal=terminal, blocked=blocked,
-            halt=halt, retryable=failure.retryable and not terminal,
-            failure_class=failure.failure_class,
-            error=failure.error or ToolError(
-                failure.code, failure.reason, outcome=failure.outcome,
-                failure_class=failure.failure_class, retryable=failure.retryable,
-            ),
-            cause=failure.cause,
-        )
-        return ToolResult(call.name, False, text, problem, call.attempts, call.call_id, info,
+        code, outcome, failure_class = failure.code, failure.outcome, failure.failure_class
+        info = _failure_info(
+            code, outcome, terminal, blocked, failure.retryable and not terminal, halt,
+            failure_class,
+            failure.error or ToolError(code, failure.reason, outcome=outcome,
+                                       failure_class=failure_class,
+                                       retryable=failure.retryable),
+            failure.cause)
+        return new_result(call.name, False, text, problem, call.attempts, call.call_id, info,
                           call.fp)
 
     def _moves(self, call: _Call, failure: Failure, alternatives: Sequence[Alternative]
@@ -199,15 +197,20 @@ class Shaper:
     @staticmethod
     def param_in(call: _Call, reason: str) -> str | None:
         """The argument a reason is about: named in it, or the only one there is."""
-        keys = list(call.spec.params) if call.spec is not None else []
-        if isinstance(call.args, dict):
-            declared = set(keys)
-            keys += [k for k in itertools.islice(call.args, 64)
-                     if isinstance(k, str) and k and k not in declared]
+        declared = call.spec.params if call.spec is not None else ()
         words = {w.rstrip(".") for w in _WORDS.findall(reason)}
-        for key in keys:
+        for key in declared:  # the usual answer: a declared parameter named in the reason
             if key in words:
                 return key
+        keys = list(declared)
+        if isinstance(call.args, dict):
+            known = set(keys)
+            extra = [k for k in itertools.islice(call.args, 64)
+                     if isinstance(k, str) and k and k not in known]
+            for key in extra:
+                if key in words:
+                    return key
+            keys += extra
         lowered = " ".join(reason.lower().split())
         lower_words = {w.lower() for w in words}
         for key in keys:
@@ -221,6 +224,10 @@ class Shaper:
         return None
 
     def alternatives(self, call: _Call, failure: Failure) -> list[Alternative]:
+        """The tools the model may call instead: the failure's, the tool's, the row's."""
+        declared = call.spec.alternatives if call.spec else ()
+        if not failure.alternatives and not declared and not failure.entry.alternative:
+            return []  # the usual case: nothing to collect
         seen: dict[str, Alternative] = {}
         for alt in (*(Alternative(a) for a in failure.alternatives),
                     *(call.spec.alternatives if call.spec else ()),
@@ -401,6 +408,32 @@ def _strings_in(args: Any) -> list[str]:
     if isinstance(args, dict):
         return [v for v in args.values() if isinstance(v, str)][:32]
     return []
+
+
+_INFO_SETTERS = tuple(FailureInfo.__dict__[name].__set__ for name in (
+    "code", "outcome", "terminal", "blocked", "retryable", "halt", "failure_class", "error",
+    "cause"))
+
+
+def _failure_info(code: str, outcome: Outcome, terminal: bool, blocked: bool, retryable: bool,
+                  halt: bool, failure_class: FailureClass | None, error: ToolError | None,
+                  cause: BaseException | None) -> FailureInfo:
+    """``FailureInfo(...)`` (positional, in field order) through the slots' own setters, as
+    :func:`~toolfault._result.new_result` builds a result: a frozen dataclass's ``__init__``
+    spends an ``object.__setattr__`` per field (same object, same fields, same immutability)."""
+    info: FailureInfo = object.__new__(FailureInfo)
+    s_code, s_outcome, s_terminal, s_blocked, s_retryable, s_halt, s_class, s_error, s_cause = \
+        _INFO_SETTERS
+    s_code(info, code)
+    s_outcome(info, outcome)
+    s_terminal(info, terminal)
+    s_blocked(info, blocked)
+    s_retryable(info, retryable)
+    s_halt(info, halt)
+    s_class(info, failure_class)
+    s_error(info, error)
+    s_cause(info, cause)
+    return info
 
 
 def _unshaped_text(tool: str, failure: Failure) -> str:

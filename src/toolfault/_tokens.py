@@ -10,19 +10,20 @@ conservative estimate that over-counts punctuation-heavy text such as JSON.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 import tempfile
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 #: How a guard counts tokens: exact cl100k_base when installed (``"auto"``), the built-in
 #: estimate, exact or nothing, or your own counter.
 Tokenizer = Literal["auto", "estimate", "exact"] | Callable[[str], int]
 
-_PIECES = re.compile(r"[A-Za-z]+|[0-9]{1,3}|[^\x00-\x7f]|[^\sA-Za-z0-9\x80-\U0010ffff]+")
+_LETTERS = re.compile(r"[A-Za-z]+")
+_DIGITS = re.compile(r"[0-9]+")
+_PUNCTUATION = re.compile(r"[^\sA-Za-z0-9\x80-\U0010ffff]+")
 _ENCODING_URL = (
     "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 )
@@ -36,19 +37,21 @@ def estimate_tokens(text: str) -> int:
     emoji take a token per byte, so the budget holds in every script, at the price of
     over-counting common CJK about 2x); 3-digit groups one; punctuation runs one per 2.
     Calibrated against cl100k_base on toolfault's own messages (about 5-20% high).
+
+    The four kinds of piece never share a character, so each is found by its own scan and
+    the non-ASCII characters are counted from the encoded length, not one by one.
     """
     total = 0
-    for piece in _PIECES.findall(text):
-        first = piece[0]
-        if first.isascii() and first.isalpha():
-            regular = piece.islower() or piece.isupper() or piece.istitle()
-            total += max(1, math.ceil(len(piece) / (6 if regular else 2)))
-        elif first.isascii() and not first.isdigit():
-            total += max(1, math.ceil(len(piece) / 2))
-        elif first.isascii():
-            total += 1
-        else:
-            total += len(piece.encode("utf-8", "surrogatepass"))
+    for word in _LETTERS.findall(text):
+        regular = word.islower() or word.isupper() or word.istitle()
+        total += (len(word) + 5) // 6 if regular else (len(word) + 1) // 2
+    for run in _DIGITS.findall(text):
+        total += (len(run) + 2) // 3
+    for run in _PUNCTUATION.findall(text):
+        total += (len(run) + 1) // 2
+    if not text.isascii():
+        # The UTF-8 bytes of the non-ASCII characters: all bytes less one per ASCII one.
+        total += len(text.encode("utf-8", "surrogatepass")) - len(text.encode("ascii", "ignore"))
     return total
 
 
@@ -98,7 +101,7 @@ def _exact_counter() -> Callable[[str], int] | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             bundled = bpe_openai.get_encoding("cl100k_base")
-        return lambda text: len(bundled.encode(text))
+        return _bundled_counter(bundled)
     except Exception:  # not installed: try a cached tiktoken encoding
         pass
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
@@ -114,6 +117,48 @@ def _exact_counter() -> Callable[[str], int] | None:
     except Exception:  # a broken cache or missing package: fall back to the estimate
         return None
     return lambda text: len(encoding.encode(text))
+
+
+#: Text every backend counter must count as ``encode`` does before it is trusted.
+_PROBE = "Reason: 'max_price' must be > 0 \u2014 \u00fcn\u00efcode \u6f22\u5b57 \U0001f600\n  {x}"
+
+
+def _bundled_counter(bundled: Any) -> Callable[[str], int]:
+    """``len(bundled.encode(text))``, counted by the Rust backend where that is the same.
+
+    ``encode`` spends most of a failure message's count around the backend: it compiles a
+    special-token regex, times itself and builds a result object on every call.  Text that
+    cannot hold a special token (they all start ``<|``) is counted by the backend's own
+    ``count``; anything else (special tokens, lone surrogates, absurd lengths) by ``encode``,
+    which raises or sanitises exactly as before.
+    """
+    encode = bundled.encode
+
+    def slow(text: str) -> int:
+        return len(encode(text))
+
+    backend_count: Callable[[str], int] = getattr(getattr(bundled, "_backend", None), "count",
+                                                  None) or slow
+    check: Callable[[int], object] | None = getattr(bundled, "_check_chunk_limit", None)
+    try:
+        trusted = backend_count is not slow and check is not None and \
+            backend_count(_PROBE) == slow(_PROBE) and backend_count("") == slow("")
+    except Exception:  # noqa: BLE001 - another version of the package: encode as before
+        trusted = False
+    if not trusted or check is None:
+        return slow
+
+    def fast(text: str) -> int:
+        if "<|" in text or len(text) >= 100_000:
+            return slow(text)
+        try:
+            tokens: int = backend_count(text)
+        except Exception:  # noqa: BLE001 - lone surrogates: encode sanitises them
+            return slow(text)
+        check(tokens)  # the package's own limit, raised as encode raises it
+        return tokens
+
+    return fast
 
 
 def count_tokens(text: str) -> int:
