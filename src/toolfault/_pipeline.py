@@ -84,7 +84,9 @@ class Pipeline:
         # cap atomically; the fingerprint is computed now only where a store or a check
         # needs it (see LazyFingerprint).
         if spec.plain and not spec.normalizers and (call.plain_json or _plain(args)):
-            fp: LazyFingerprint = _Deferred(spec, args)
+            deferred: _Deferred = _new_object(_Deferred)  # its three slots, set inline
+            deferred._value, deferred._spec, deferred._args = None, spec, args
+            fp: LazyFingerprint = deferred
         else:
             problem = self.resolve_fp(call)
             if problem is not None:
@@ -100,10 +102,16 @@ class Pipeline:
 
     def returned(self, call: _Call, value: Any) -> ToolResult:
         """The first attempt returned: a result, or a returned error (final: not retried)."""
-        if call.spec is not None and call.spec.error_result is not None:
-            failure = self._returned_error(call, value)
-            if failure is not None:
-                return self._finish(call, failure)
+        spec = call.spec
+        assert spec is not None
+        detector = spec.error_result
+        if detector is not None:
+            try:
+                reason = detector(value)
+            except Exception:  # noqa: BLE001 - a broken detector: the value stands
+                reason = None
+            if reason:
+                return self._finish(call, self._returned_failure(reason, value))
         return self._succeeded(call, value)
 
     def raised(self, call: _Call, exc: Exception) -> Steps:
@@ -318,8 +326,9 @@ class Pipeline:
             reason = detector(value)
         except Exception:  # noqa: BLE001 - a broken detector: the value stands
             return None
-        if not reason:
-            return None
+        return self._returned_failure(reason, value) if reason else None
+
+    def _returned_failure(self, reason: Any, value: Any) -> Failure:
         g = self._g
         entry = g.catalog.for_text(str(reason), exclude=("internal_error",))
         entry = entry or g.catalog.get("tool_error")
@@ -508,6 +517,7 @@ def _fingerprint_of(spec: ToolSpec, args: dict[str, Any]) -> str:
 
 
 _SCALARS = (int, bool, type(None))
+_new_object = object.__new__
 
 
 def _lazy_json(text: str) -> bool:
