@@ -147,3 +147,19 @@ def test_plain_arguments_are_encoded_directly() -> None:
     args = {"origin": "Z\u00fcrich", "max_stops": 1, "max_price": 420.5,
             "airlines": ["UA", "AA"], "filter": {"cabin": "economy", "ok": True, "n": None}}
     assert _already_canonical(args) == _walked(args)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(_texts, _odd_values, max_size=6))
+def test_a_fingerprint_hashes_the_walks_canonical_text(args: dict[str, Any]) -> None:
+    """fingerprint() of a plain dict (which skips canonical_args) hashes exactly the walk's
+    canonical text, and refuses what the walk refuses."""
+    import hashlib
+
+    walked = _walked(args)
+    if isinstance(walked, str):
+        expected = hashlib.sha256(f"t\x00{walked}".encode()).hexdigest()
+        assert fingerprint("t", args) == expected
+    else:
+        with pytest.raises((ValueError, TypeError, RecursionError)):
+            fingerprint("t", args)

@@ -397,3 +397,16 @@ def test_the_literal_gate_never_skips_a_credential_shape(parts: list[str]) -> No
     text = "".join(parts)
     if _ANY_SECRET.search(text):
         assert _may_hold_secret(text)
+
+
+def test_short_registered_secrets_in_arguments_are_redacted_after_an_add() -> None:
+    """Values shorter than every shape are skipped only while no registered form is as
+    short: a four-character secret added later is caught in a mapping and a list alike."""
+    from toolfault._redact import Redactor
+
+    redactor = Redactor(scan_env=False)
+    args = {"code": "9a8b", "codes": ["9a8b", "x"], "ok": "abc"}
+    assert redactor.value(args) == args
+    redactor.add("9a8b")
+    assert redactor.value(args) == {"code": "[REDACTED]", "codes": ["[REDACTED]", "x"],
+                                    "ok": "abc"}

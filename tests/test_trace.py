@@ -343,3 +343,20 @@ def test_the_trace_alone_writes_the_line_an_observed_guard_writes() -> None:
     assert lines[0] == lines[1]
     assert lines[0][0]["args"] == {"card": "[REDACTED]", "amount": 5}
     assert lines[0][1]["args"]["password"] == "[REDACTED]" and not lines[0][1]["ok"]
+
+
+def test_a_span_names_the_mode_only_when_it_is_not_the_default(
+        exporter: InMemorySpanExporter) -> None:
+    """``toolfault.mode`` is absent under the default (enforce) and set under any other."""
+    for mode in ("enforce", "observe", "shape"):
+        guard = Guard(mode=mode, scan_env_secrets=False)  # type: ignore[arg-type]
+
+        @guard.tool
+        def echo(n: int) -> int:
+            return n
+
+        guard.call("echo", {"n": 1})
+    enforced, observed, shaped = exporter.get_finished_spans()
+    assert enforced.attributes is not None and "toolfault.mode" not in enforced.attributes
+    assert observed.attributes is not None and observed.attributes["toolfault.mode"] == "observe"
+    assert shaped.attributes is not None and shaped.attributes["toolfault.mode"] == "shape"

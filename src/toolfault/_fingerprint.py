@@ -172,7 +172,7 @@ def _already_canonical(args: dict[str, Any]) -> str | None:
         text = _encode_canonical(args)
     except (ValueError, TypeError, RecursionError):
         return None  # the walk decides what is wrong, and says so
-    if (".0," in text or ".0]" in text or ".0}" in text or "e+" in text
+    if ((".0" in text and (".0," in text or ".0]" in text or ".0}" in text)) or "e+" in text
             or (text.count("{") > 1 and not _nested_keys_are_str(args, 0))):
         return None
     if text.isascii() or unicodedata.is_normalized("NFC", text):
@@ -206,7 +206,12 @@ def fingerprint(
     normalizers: Mapping[str, Sequence[Normalizer]] | None = None,
 ) -> str:
     """sha256 hex of ``tool`` and the canonical arguments: equal for cosmetically equal calls."""
-    canonical = canonical_args(args, normalizers)
+    if type(args) is dict and not normalizers:  # canonical_args' own steps, one call less
+        canonical = _already_canonical(args)
+        if canonical is None:
+            canonical = _encode_canonical(_canonical(args))
+    else:
+        canonical = canonical_args(args, normalizers)
     if len(canonical) > MAX_CANONICAL_BYTES:
         raise ValueError(f"arguments are too large ({len(canonical)} characters)")
     return hashlib.sha256(f"{tool}\x00{canonical}".encode()).hexdigest()

@@ -410,7 +410,8 @@ class Redactor:
             return [REDACTED if type(v) is str else inner(v, _depth=depth + 1, _secret=True)
                     for v in value]
         clean, secrets = self._clean, self.secrets
-        return [(v if v in clean else secrets(v)) if type(v) is str
+        shortest = self._shortest  # after the set: add() replaces the set last
+        return [(v if len(v) < shortest or v in clean else secrets(v)) if type(v) is str
                 else inner(v, _depth=depth + 1) for v in value]
 
     def _other(self, value: Any) -> Any:
@@ -432,6 +433,9 @@ class Redactor:
         case: a tool's flat arguments) instead of one recursive call each."""
         secrets = self.secrets
         clean = self._clean  # exact strs only below; one set for the whole mapping
+        # Shorter than this, secrets() returns the text as it is (read after the set: add()
+        # replaces the set last, so a new set comes with its own shortest form).
+        shortest = self._shortest
         numeric = self._numeric
         out: dict[str, Any] = {}
         for k, v in value.items():
@@ -445,7 +449,7 @@ class Redactor:
                 if secret or _is_secret_key(name):
                     out[shown] = REDACTED
                 else:
-                    out[shown] = v if v in clean else secrets(v)
+                    out[shown] = v if len(v) < shortest or v in clean else secrets(v)
             elif v is None or kind is bool:
                 out[shown] = v
             elif kind is int or kind is float:
