@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -32,27 +33,29 @@ class Emitter:
 
     def emit(self, call: _Call, result: ToolResult) -> ToolResult:
         """Seal the result and tell whoever listens; never raises."""
+        g = self._g
         try:
-            return self._emit(call, result)
+            if not result.ok:
+                result = g._shaper.seal(result)
+            # No observer, and no tracer provider (none can exist before OpenTelemetry's API
+            # is imported): nothing more to do, decided without a call.
+            if g._observers or (_trace._OTEL in sys.modules and _trace.tracing_active()):
+                self._publish(call, result)
+            return result
         except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
             try:
-                return self._g._shaper.seal(result)
+                return g._shaper.seal(result)
             except Exception:  # noqa: BLE001
                 return result
 
-    def _emit(self, call: _Call, result: ToolResult) -> ToolResult:
+    def _publish(self, call: _Call, result: ToolResult) -> None:
+        """The span, the observers and the trace line of a sealed result."""
         g = self._g
-        if not result.ok:
-            result = g._shaper.seal(result)
-        tracing = _trace.tracing_active()
-        if not g._observers and not tracing:
-            return result
         now, duration = time.time(), time.monotonic() - call.started
-        if tracing:
+        if _trace.tracing_active():
             self._span(call, result, now, duration)
         if g._observers:
             self._notify(call, result, now, duration)
-        return result
 
     def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
         """Tell the observers; with the guard's own trace sink alone, write its line

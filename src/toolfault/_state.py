@@ -297,7 +297,9 @@ class MemoryStore:
         else:
             limits = ceilings_of(request)
             self._parsed = (ceilings, limits)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: half its cost, on every call
+        try:
             turn = self._turns.get((request.task, request.turn))
             if turn is None or self._uses >= self._SWEEP_EVERY:
                 turn = self._use(request.task, request.turn, now)
@@ -327,6 +329,8 @@ class MemoryStore:
                 turn.lone = request
                 turn.lone_expires = now + lease
             return _new_tuple(Admission, (0, None, False, calls, spend, None, False))
+        finally:
+            lock.release()
 
     def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float,
                      limits: tuple[float | None, float | None, float | None]) -> Admission:
@@ -386,7 +390,9 @@ class MemoryStore:
                     del turn.pending[fp]
 
     def settle(self, request: AdmissionRequest) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             turn = self._turns.get((request.task, request.turn))
             if turn is None:
                 return
@@ -397,6 +403,8 @@ class MemoryStore:
                 live = turn.pending.get(fp)
                 if live is not None and live.pop(request, None) is not None and not live:
                     del turn.pending[fp]
+        finally:
+            lock.release()
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._lock:
