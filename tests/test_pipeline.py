@@ -257,3 +257,32 @@ def test_a_status_key_after_plain_results_is_still_seen() -> None:
     assert default_error_result({"booking_status": False, "message": "Card declined"}) \
         == "Card declined"
     assert default_error_result({"id": 1, "message": "booked"}) is None
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}', '{"a": [1, 2.5, "x"]}', '{"a": 1, "a": 2}',
+                                  '{"a": -0.0}', '{"a": {"b": {"c": [true, false, null]}}}',
+                                  '{"a": "é 漢字"}', '{"a": 2.0}', '{"a": "e\\u0301"}'])
+def test_json_text_arguments_are_fingerprinted_as_their_values_are(text: str) -> None:
+    """JSON text the fast parser took whole is fingerprinted lazily: the same fingerprint as
+    the parsed values, and identical failing calls still reach the cap."""
+    import json
+
+    from toolfault._fingerprint import fingerprint
+
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def echo(a: Any = None) -> str:
+        """Echo."""
+        return "ok"
+
+    @guard.tool
+    def broken(a: Any = None) -> str:
+        """Always fails."""
+        raise ValueError("a is not acceptable")
+
+    ok = guard.call("echo", text)
+    assert ok.ok and ok.fingerprint == fingerprint("echo", json.loads(text))
+    answers = [guard.call("broken", text) for _ in range(4)]
+    assert answers[0].code != "retry_cap_reached" and answers[-1].terminal
+
