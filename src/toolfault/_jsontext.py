@@ -7,12 +7,30 @@ about a microsecond per message, which matters when every guarded call encodes a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
 def _not_json(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def prebuilt_chunks(*, sort_keys: bool, separators: tuple[str, str], allow_nan: bool,
+                    default: Callable[[Any], Any] = _not_json
+                    ) -> Callable[[Any, int], Sequence[str]]:
+    """The C encoder itself: ``"".join(chunks(value, 0))`` is the text, with no Python frame
+    in between, for callers that never pass a top-level ``str`` (the C encoder expects a
+    container or a scalar).  Other arguments as :func:`prebuilt_encoder`."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython without the _json accelerator
+        fallback = json.JSONEncoder(sort_keys=sort_keys, separators=separators,
+                                    ensure_ascii=False, allow_nan=allow_nan, default=default)
+        return lambda value, _level: (fallback.encode(value),)
+    item_sep, key_sep = separators
+    chunks: Callable[[Any, int], Sequence[str]] = make(
+        None, default, json.encoder.encode_basestring, None, key_sep, item_sep, sort_keys,
+        False, allow_nan)
+    return chunks
 
 
 def prebuilt_encoder(*, sort_keys: bool, separators: tuple[str, str], allow_nan: bool,
@@ -22,16 +40,12 @@ def prebuilt_encoder(*, sort_keys: bool, separators: tuple[str, str], allow_nan:
     ``default`` is ``json.dumps``'s: what to make of a value JSON has no form for."""
     fallback = json.JSONEncoder(sort_keys=sort_keys, separators=separators, ensure_ascii=False,
                                 allow_nan=allow_nan, default=default)
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython without the _json accelerator
-        return fallback.encode
-    item_sep, key_sep = separators
-    c_encode = make(None, default, json.encoder.encode_basestring, None, key_sep, item_sep,
-                    sort_keys, False, allow_nan)
+    chunks = prebuilt_chunks(sort_keys=sort_keys, separators=separators, allow_nan=allow_nan,
+                             default=default)
 
     def encode(value: Any) -> str:
         if isinstance(value, str):  # the C encoder expects a container or scalar, not top str
             return fallback.encode(value)
-        return "".join(c_encode(value, 0))
+        return "".join(chunks(value, 0))
 
     return encode

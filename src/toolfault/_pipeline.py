@@ -102,16 +102,9 @@ class Pipeline:
 
     def returned(self, call: _Call, value: Any) -> ToolResult:
         """The first attempt returned: a result, or a returned error (final: not retried)."""
-        spec = call.spec
-        assert spec is not None
-        detector = spec.error_result
-        if detector is not None:
-            try:
-                reason = detector(value)
-            except Exception:  # noqa: BLE001 - a broken detector: the value stands
-                reason = None
-            if reason:
-                return self._finish(call, self._returned_failure(reason, value))
+        failure = self._returned_error(call, value)
+        if failure is not None:
+            return self._finish(call, failure)
         return self._succeeded(call, value)
 
     def raised(self, call: _Call, exc: Exception) -> Steps:
@@ -494,10 +487,8 @@ class _Deferred(LazyFingerprint):
 
     __slots__ = ("_args", "_spec")
 
-    def __init__(self, spec: ToolSpec, args: dict[str, Any]) -> None:
-        self._value = None
-        self._compute = None
-        self._spec, self._args = spec, args
+    # No __init__: :meth:`Pipeline.admit` builds one with ``object.__new__`` and sets
+    # ``_value``, ``_spec`` and ``_args`` itself (a Python frame less on every call).
 
     def __call__(self) -> str:
         value = self._value

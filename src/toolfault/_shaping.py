@@ -19,7 +19,7 @@ from toolfault._call import _Call
 from toolfault._catalog import fill
 from toolfault._classify import Failure, from_entry
 from toolfault._errors import FailureClass, Outcome, ToolError
-from toolfault._jsontext import prebuilt_encoder
+from toolfault._jsontext import prebuilt_chunks
 from toolfault._message import (
     MAX_ARGS_CHARS,
     cut_echo,
@@ -323,7 +323,7 @@ class Shaper:
             return "null", None
         else:
             try:
-                text = _encode_text(value)
+                text = "".join(_encode_chunks(value, 0))  # not a str: no wrapper frame
             except (TypeError, ValueError, RecursionError):
                 try:
                     text = json.dumps(value, ensure_ascii=False, default=_json_default)
@@ -349,7 +349,7 @@ def _display_name(name: str) -> str:
     cleaned = _NAME_JUNK.sub("_", name)[:64].strip("_")
     return cleaned or "unnamed_tool"
 
-_encode_text = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
+_encode_chunks = prebuilt_chunks(sort_keys=False, separators=(", ", ": "), allow_nan=True)
 
 
 def _with_moves(next_action: str, alternatives: Sequence[Alternative], outcome: Outcome) -> str:
