@@ -486,6 +486,8 @@ class _Deferred(LazyFingerprint):
     per call instead of a lazy fingerprint around a closure)."""
 
     __slots__ = ("_args", "_spec")
+    _spec: ToolSpec
+    _args: dict[str, Any]
 
     # No __init__: :meth:`Pipeline.admit` builds one with ``object.__new__`` and sets
     # ``_value``, ``_spec`` and ``_args`` itself (a Python frame less on every call).
