@@ -70,3 +70,17 @@ def test_payloads_have_the_requested_size() -> None:
     """The fingerprint benchmark's arguments are at least as large as their label says."""
     for size in (1_000, 100_000):
         assert size <= len(json.dumps(_overhead.payload(size))) < size * 1.1
+
+
+def test_otel_probe_times_both_span_floors() -> None:
+    """The OTel probe times a bare span and a span with the four GenAI attributes; the
+    target is measured against the first, the context figure against the second."""
+    pytest.importorskip("opentelemetry.sdk")
+    figures = _overhead._probe("otel", 1)
+    for name in ("bare_call_us", "bare_span_us", "semconv_span_us", "guarded_plain_us",
+                 "guarded_otel_us"):
+        assert figures[name] > 0, name
+    process = _overhead._process_figures(1)
+    extra, vs_semconv = process["otel_extra_us"], process["otel_extra_vs_semconv_us"]
+    spans = process["semconv_span_us"] - process["bare_span_us"]
+    assert extra - vs_semconv == pytest.approx(spans)

@@ -391,6 +391,16 @@ else:
             return bare_call()
         finally:
             span.end()
+    ids = iter(range(10**9))
+    # What a hand-written span per the GenAI semantic conventions carries anyway.
+    def semconv_span():
+        span = tracer.start_span("execute_tool search_flights", attributes={
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_flights",
+            "gen_ai.tool.call.id": f"call_{next(ids)}", "gen_ai.tool.type": "function"})
+        try:
+            return bare_call()
+        finally:
+            span.end()
     # The same guard with and without the provider, interleaved: the global is swapped
     # between timings (never inside one), so what differs is the span work alone.
     def without_provider(fn):
@@ -403,6 +413,7 @@ else:
         return timed
     contenders = {"bare_call": timeit.Timer(bare_call).timeit,
                   "bare_span": timeit.Timer(bare_span).timeit,
+                  "semconv_span": timeit.Timer(semconv_span).timeit,
                   "guarded_plain": without_provider(guarded_call),
                   "guarded_otel": timeit.Timer(guarded_call).timeit}
     best = {}
@@ -436,6 +447,11 @@ def _process_figures(repeat: int) -> dict[str, Any]:
         # What toolfault adds on top of a bare span (start_span + end around the same call).
         figures["otel_extra_us"] = (otel["guarded_otel_us"] - otel["guarded_plain_us"]
                                     - (otel["bare_span_us"] - otel["bare_call_us"]))
+        # For context, not a target: beyond a span that already carries the four GenAI
+        # attributes any execute_tool span has (the SDK checks each attribute it is given).
+        figures["otel_extra_vs_semconv_us"] = (
+            otel["guarded_otel_us"] - otel["guarded_plain_us"]
+            - (otel["semconv_span_us"] - otel["bare_call_us"]))
     return figures
 
 
@@ -472,6 +488,10 @@ def overhead_command(*, as_json: bool) -> int:
         verdict = {None: "n/a", True: "[green]yes[/]", False: "[red]NO[/]"}[target.met]
         targets.add_row(target.label, value, f"≤ {target.limit:g} {target.unit}", verdict)
     console.print(targets)
+    semconv = result.process.get("otel_extra_vs_semconv_us")
+    if semconv is not None:
+        console.print(f"OTel span beyond one that carries the four GenAI execute_tool "
+                      f"attributes anyway: {semconv:.1f} µs (context, not a target)")
     if result.target_met is None:
         console.print("stamina is not installed: no guarded/stamina ratio")
     else:
