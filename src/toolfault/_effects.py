@@ -256,7 +256,8 @@ class Effects:
     def release(self, call: _Call) -> None:
         """Settle the call's reservation and let go of its idempotency key.
 
-        A timed-out attempt that still runs keeps the key until it ends.
+        A timed-out or cancelled attempt keeps the key until it ends, and its answer is
+        recorded as a late return first.
         """
         g = self._g
         request = call.request
@@ -268,10 +269,11 @@ class Effects:
                 pass
         if call.held and call.idem is not None:
             orphan = call.orphan
-            if orphan is not None and not orphan.done():
-                # The timed-out (or cancelled) attempt still runs: keep refusing duplicates
-                # until it stops, then record in the effect channel what its late answer
-                # says happened, before anyone else may claim the key.
+            if orphan is not None:
+                # The timed-out (or cancelled) attempt may still run: keep refusing
+                # duplicates until it stops, then record in the effect channel what its late
+                # answer says happened, before anyone else may claim the key (at once when it
+                # already ended: a cancel can meet the answer, which its caller never saw).
                 task, idem, store, entry = g.task_id, call.idem, g._store, call.entry
 
                 def settled(done: concurrent.futures.Future[Any]) -> None:

@@ -275,11 +275,18 @@ def gather_trials(setting: str, folder: Path, *, workers: int, trials: int,
 
 
 def cancel_trials(setting: str, folder: Path, *, trials: int, postcondition: bool,
-                  lanes: int = 10) -> Tally:
+                  lanes: int = 10, stalls: bool = False) -> Tally:
     """Each trial: ``acall`` of a slow sync side effect, cancelled once the tool started (its
     effect lands later), then retried at once and again once it ended (as an agent framework
-    that gave up would)."""
+    that gave up would).
+
+    ``stalls``: the event loop is blocked now and then (up to 80 ms, as a busy CI machine
+    does), so a cancel often meets the tool's answer already queued on the loop: the race
+    that once ran an effect three times (Python 3.11's ``wait_for`` kept the answer and
+    dropped the cancellation).
+    """
     import asyncio
+    import random
 
     names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
     guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
@@ -310,9 +317,17 @@ def cancel_trials(setting: str, folder: Path, *, trials: int, postcondition: boo
         await asyncio.sleep(TOOL_RUNS * 2)
         await scoped.acall("send_invoice", args)
 
+    async def stall() -> None:
+        while True:
+            await asyncio.sleep(random.random() * 0.02)
+            time.sleep(random.random() * 0.08)  # blocking the loop is the point
+
     async def main() -> None:
+        staller = asyncio.ensure_future(stall()) if stalls else None
         for start in range(0, trials, lanes):
             await asyncio.gather(*(trial(n) for n in names[start:start + lanes]))
+        if staller is not None:
+            staller.cancel()
 
     asyncio.run(main())
     time.sleep(TOOL_RUNS * 2)

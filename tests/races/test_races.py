@@ -22,7 +22,7 @@ from _harness import (
 )
 from _redis_server import RedisServer, start_redis, start_redis_on
 
-from toolfault import MemoryStore, Store
+from toolfault import MemoryStore, Store, _drivers
 
 TRIALS = 200
 
@@ -98,11 +98,21 @@ def test_gather_of_identical_acalls(tmp_path: Path, record: Any, postcondition: 
                         workers=8, trials=TRIALS, postcondition=postcondition), record)
 
 
+@pytest.mark.parametrize("stalls", [
+    False,
+    # Until the async driver re-raises a cancellation that ``wait_for`` dropped (a change to
+    # ``_drivers.py``, owned elsewhere), stalls let the cancel meet the answer: duplicates.
+    pytest.param(True, marks=pytest.mark.xfail(not hasattr(_drivers, "_wait_for"),
+                                               reason="needs the _drivers._wait_for change")),
+], ids=["", "stalls"])
 @pytest.mark.parametrize("postcondition", [True, False], ids=["check", "nocheck"])
-def test_cancelled_acall_then_retry(tmp_path: Path, record: Any, postcondition: bool) -> None:
-    """Cancelling acall while its sync side effect runs, then retrying, never runs it twice."""
-    check(cancel_trials(f"cancel-retry-{'check' if postcondition else 'nocheck'}", tmp_path,
-                        trials=TRIALS, postcondition=postcondition), record)
+def test_cancelled_acall_then_retry(tmp_path: Path, record: Any, postcondition: bool,
+                                    stalls: bool) -> None:
+    """Cancelling acall while its sync side effect runs, then retrying, never runs it twice
+    (also when a stalled event loop lets the cancel meet the tool's answer)."""
+    name = f"cancel-retry-{'check' if postcondition else 'nocheck'}{'-stalls' if stalls else ''}"
+    check(cancel_trials(name, tmp_path, trials=TRIALS, postcondition=postcondition,
+                        stalls=stalls), record)
 
 
 def test_gather_of_identical_failing_calls_respects_the_cap(record: Any) -> None:
