@@ -18,12 +18,8 @@ from typing import Any
 
 import pytest
 
-from toolfault import Backoff, Guard, Limits, Outcome, _drivers
+from toolfault import Backoff, Guard, Limits, Outcome
 
-#: Until the async driver re-raises a cancellation that ``wait_for`` dropped (a change to
-#: ``_drivers.py``, owned elsewhere), the "deadline" case runs the effect twice.
-DROPS_CANCEL = pytest.mark.xfail(not hasattr(_drivers, "_wait_for"), strict=True,
-                                 reason="needs the _drivers._wait_for change")
 FAST = Backoff(attempts=3, initial=0.001, maximum=0.01, jitter=0.0)
 ARGS = {"invoice": "7"}
 
@@ -60,7 +56,7 @@ async def cancel_as_it_answers(guard: Guard, futures: list[concurrent.futures.Fu
 
 
 @pytest.mark.parametrize("check", [True, False], ids=["check", "nocheck"])
-@pytest.mark.parametrize("bound", [pytest.param("deadline", marks=DROPS_CANCEL), "timeout"])
+@pytest.mark.parametrize("bound", ["deadline", "timeout"])
 async def test_a_cancel_that_meets_the_answer_never_runs_the_effect_twice(
         check: bool, bound: str) -> None:
     """The caller gets CancelledError, the ledger does not say the model was told, and the

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
+
+_T = TypeVar("_T")
 
 #: Threads per purpose: hung tools cannot starve timeouts, and neither can starve checks.
 _POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
@@ -224,14 +226,14 @@ async def _invoke_async(guard: Guard, call: _Call) -> Any:
         try:
             if limit is None:
                 return await spec.fn(**kwargs)
-            return await asyncio.wait_for(spec.fn(**kwargs), limit)
+            return await _wait_for(spec.fn(**kwargs), limit)
         except TimeoutError:
             raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
     context = contextvars.copy_context()
     future = guard._workers.pool("tools" if spec.timeout is not None else "async").submit(
         context.run, _in_thread, spec.fn, kwargs)
     try:
-        value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
+        value = await _wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
     except TimeoutError:
         if future.done():  # the tool's own TimeoutError
             raise
@@ -244,7 +246,7 @@ async def _invoke_async(guard: Guard, call: _Call) -> Any:
             call.orphan = future
         raise
     if hasattr(value, "__await__"):
-        value = await asyncio.wait_for(value, guard._pipeline.attempt_limit(call, spec.timeout))
+        value = await _wait_for(value, guard._pipeline.attempt_limit(call, spec.timeout))
     return value
 
 
@@ -254,16 +256,31 @@ async def _postcondition_async(guard: Guard, call: _Call) -> Outcome | None:
     limit = _check_limit(call.spec.timeout)
     try:
         if inspect.iscoroutinefunction(inspect.unwrap(check)):
-            value = await asyncio.wait_for(check(args), limit)
+            value = await _wait_for(check(args), limit)
         else:
-            value = await asyncio.wait_for(asyncio.wrap_future(
+            value = await _wait_for(asyncio.wrap_future(
                 guard._workers.pool("checks").submit(_check_in_thread, check, args)), limit)
         if inspect.isawaitable(value):
-            value = await asyncio.wait_for(value, limit)
+            value = await _wait_for(value, limit)
         return verdict_of(value)
     except Exception as exc:
         log.info("postcondition of %s failed: %r", call.name, exc)
         return None
+
+
+async def _wait_for(awaitable: Awaitable[_T], limit: float | None) -> _T:
+    """``asyncio.wait_for`` that never drops a cancellation of the awaiting task.
+
+    On Python 3.11 ``wait_for`` returns the inner result when a cancellation arrives with
+    it: the call would go on and record "told ok" for an answer its caller never gets (a
+    retry would then run the side effect again, as a new action).
+    """
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0
+    value = await asyncio.wait_for(awaitable, limit)
+    if task is not None and task.cancelling() > before:
+        raise asyncio.CancelledError
+    return value
 
 
 # -- shared by both ----------------------------------------------------------------------

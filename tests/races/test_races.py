@@ -22,7 +22,7 @@ from _harness import (
 )
 from _redis_server import RedisServer, start_redis, start_redis_on
 
-from toolfault import MemoryStore, Store, _drivers
+from toolfault import MemoryStore, Store
 
 TRIALS = 200
 
@@ -98,13 +98,7 @@ def test_gather_of_identical_acalls(tmp_path: Path, record: Any, postcondition: 
                         workers=8, trials=TRIALS, postcondition=postcondition), record)
 
 
-@pytest.mark.parametrize("stalls", [
-    False,
-    # Until the async driver re-raises a cancellation that ``wait_for`` dropped (a change to
-    # ``_drivers.py``, owned elsewhere), stalls let the cancel meet the answer: duplicates.
-    pytest.param(True, marks=pytest.mark.xfail(not hasattr(_drivers, "_wait_for"),
-                                               reason="needs the _drivers._wait_for change")),
-], ids=["", "stalls"])
+@pytest.mark.parametrize("stalls", [False, True], ids=["", "stalls"])
 @pytest.mark.parametrize("postcondition", [True, False], ids=["check", "nocheck"])
 def test_cancelled_acall_then_retry(tmp_path: Path, record: Any, postcondition: bool,
                                     stalls: bool) -> None:
