@@ -63,6 +63,9 @@ class Emitter:
         g = self._g
         redactor, observers, sink = g.redactor, g._observers, g._sink
         args, spec = call.args, call.spec
+        # The clocks to the microsecond, in integers: the line writes them without a float's
+        # repr, and an event carries the same values.
+        at, took = int(now * 1e6), int(duration * 1e6)
         if sink is not None and len(observers) == 1 and observers[0] is sink \
                 and sink._redactor is redactor:
             try:
@@ -70,9 +73,11 @@ class Emitter:
                     redactor.secrets, result.tool, result.call_id, g.task_id, g._turn,
                     result.fingerprint, result, call.dispatched,
                     0 if result.ok else g.count_tokens(result.text), g.mode,
-                    redactor.value(args) if isinstance(args, dict) else None,
-                    spec is not None and bool(spec.side_effect), duration,
-                    redactor.value(dict(call.shadow)) if call.shadow else None, now))
+                    _trace.args_json(redactor, args, getattr(call, "sent", None))
+                    if isinstance(args, dict) else "null",
+                    spec is not None and bool(spec.side_effect), _trace.micros(took),
+                    redactor.value(dict(call.shadow)) if call.shadow else None,
+                    _trace.micros(at)))
             except Exception:  # noqa: BLE001, S110 - as safe_notify: the call goes on
                 pass
             return
@@ -81,8 +86,8 @@ class Emitter:
             lambda: result.fingerprint, result, call.dispatched,
             0 if result.ok else g.count_tokens(result.text), g.mode,
             (lambda: redactor.value(args)) if isinstance(args, dict) else None,
-            spec is not None and bool(spec.side_effect), duration,
-            redactor.value(dict(call.shadow)) if call.shadow else None, now,
+            spec is not None and bool(spec.side_effect), took / 1e6,
+            redactor.value(dict(call.shadow)) if call.shadow else None, at / 1e6,
         )
         _trace.safe_notify(observers, event)
 

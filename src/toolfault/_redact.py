@@ -57,6 +57,8 @@ SHORTEST_SHAPE = 7
 #: them): argument names, enum values and catalog words recur on every call.
 _CLEAN_LEN = 128
 _CLEAN_ENTRIES = 4096
+#: Fewer opening brackets than this cannot nest to the depth where ``Redactor.value`` stops.
+_VERBATIM_BRACKETS = 63
 
 
 def _may_hold_secret(text: str) -> bool:
@@ -332,14 +334,41 @@ class Redactor:
         exact = type(text) is str  # a str subclass may redefine equality: never remembered
         if exact and text in clean:
             return text
-        out = self._registered(text) if self._forms else text
-        if _may_hold_secret(out):
-            out = _ANY_SECRET.sub(REDACTED, out)
+        out = self._scrub(text)
         if exact and len(text) <= _CLEAN_LEN and out == text:
             if len(clean) >= _CLEAN_ENTRIES:
                 clean.clear()
             clean.add(text)
         return out
+
+    def _scrub(self, text: str) -> str:
+        """:meth:`secrets` itself, remembering nothing."""
+        out = self._registered(text) if self._forms else text
+        if _may_hold_secret(out):
+            out = _ANY_SECRET.sub(REDACTED, out)
+        return out
+
+    def verbatim(self, text: str, obj: dict[str, Any]) -> bool:
+        """Whether ``text``, JSON text of the object ``obj``, may stand for ``value(obj)``
+        in the trace: found clean whole, it is what the walk would encode to, once parsed.
+
+        Sound when every string of ``obj`` is spelt in ``text`` as it is (no backslash: no
+        escape for a secret to hide behind), each between quotes, so a form or shape the
+        walk would find in one is found in the whole text (``"`` neither joins a shape nor
+        changes how a neighbour lower-cases); when no key is secret-named (the walk hides
+        those by name: one object, the only one with keys); when no registered form could
+        hide in a number's own spelling (``1.2345e4`` is ``12345.0``); when nesting cannot
+        reach the walk's depth limit; and when the text is one line.
+        """
+        if self._numeric or "\\" in text or "\n" in text or "\r" in text \
+                or text.count("{") != 1 or text.count("[") > _VERBATIM_BRACKETS:
+            return False
+        if not text.isascii() and len(text.lower()) != len(text):
+            return False  # a character that grows lower-cased: skeletons would differ
+        for key in obj:
+            if type(key) is not str or _is_secret_key(key):
+                return False
+        return self._scrub(text) == text
 
     def _number_holds(self, number: int | float) -> bool:
         """Whether a number's JSON text holds a registered secret (a PIN, a card number)."""

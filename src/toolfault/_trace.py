@@ -142,8 +142,9 @@ class CallEvent:
         from the fields: the trace's hot path, with no intermediate dict."""
         return _line_text(_json(self._tool), _json(self._call_id), _json(self._task),
                           self._turn, self.fingerprint, self, _json(self._code),
-                          self._dispatched, self._error_tokens, _json(self._mode), self.args,
-                          self._side_effect, self._duration_s, self._shadow, self._at)
+                          self._dispatched, self._error_tokens, _json(self._mode),
+                          _json(self.args), self._side_effect, _json(self._duration_s),
+                          self._shadow, _json(self._at))
 
 
     def _redacted_jsonl(self, secrets: Callable[[str], str]) -> str:
@@ -151,8 +152,8 @@ class CallEvent:
         ``secrets`` already redacted (see :func:`call_line`)."""
         return call_line(secrets, self._tool, self._call_id, self._task, self._turn,
                          self.fingerprint, self, self._dispatched, self._error_tokens,
-                         self._mode, self.args, self._side_effect, self._duration_s,
-                         self._shadow, self._at)
+                         self._mode, _json(self.args), self._side_effect,
+                         _json(self._duration_s), self._shadow, _json(self._at))
 
 
 class _Done(Protocol):
@@ -174,14 +175,15 @@ class _Done(Protocol):
 
 def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str, turn: int,
               fingerprint: str, done: _Done, dispatched: bool, error_tokens: int, mode: str,
-              args: Any, side_effect: bool, duration_s: float, shadow: Mapping[str, Any] | None,
-              at: float) -> str:
-    """A call line (what :meth:`CallEvent.to_jsonl` writes) from ``args`` and ``shadow``
-    already redacted, its text fields redacted here by ``secrets``, one by one.
+              args: str, side_effect: bool, duration_s: str, shadow: Mapping[str, Any] | None,
+              at: str) -> str:
+    """A call line (what :meth:`CallEvent.to_jsonl` writes) from ``args`` (JSON text) and
+    ``shadow`` already redacted, its text fields redacted here by ``secrets``, one by one;
+    ``duration_s`` and ``at`` are JSON numbers' text.
 
     Equal to redacting the whole line, without a pass over the line: field names are fixed
-    words, the fingerprint is a hash, the numbers are counters and clocks, and
-    ``Redactor.value`` already checked every string, key and number of the arguments.
+    words, the fingerprint is a hash, the numbers are counters and clocks, and the redactor
+    already checked every string, key and number of the arguments (see :func:`args_json`).
     """
     code = done.code
     return _line_text(
@@ -197,12 +199,13 @@ _SUCCEEDED = '"ok": true, "code": null, "outcome": "none", "terminal": false, "b
 
 
 def _line_text(tool: str, call_id: str, task: str, turn: Any, fingerprint: Any, done: _Done,
-               code: str, dispatched: Any, error_tokens: Any, mode: str, args: Any,
-               side_effect: Any, duration_s: Any, shadow: Mapping[str, Any] | None,
-               at: Any) -> str:
+               code: str, dispatched: Any, error_tokens: Any, mode: str, args: str,
+               side_effect: Any, duration_s: str, shadow: Mapping[str, Any] | None,
+               at: str) -> str:
     """The call line from its fields, the text ones (``tool``, ``call_id``, ``task``,
-    ``code``, ``mode``) given as JSON text already: one f-string instead of an encoder walk
-    over a record (the C encoder spends more on a 20-field dict than the fields cost)."""
+    ``code``, ``mode``), ``args`` and the clocks given as JSON text already: one f-string
+    instead of an encoder walk over a record (the C encoder spends more on a 20-field dict
+    than the fields cost)."""
     if getattr(done, "failure", False) is None and done.ok is True:
         ended = _SUCCEEDED  # a ToolResult's success: every one of these is fixed
     else:
@@ -213,16 +216,45 @@ def _line_text(tool: str, call_id: str, task: str, turn: Any, fingerprint: Any, 
         f'{{"tool": {tool}, "call_id": {call_id}, "task": {task}, "turn": {_json(turn)}, '
         f'"fingerprint": {_json(fingerprint)}, {ended}, "attempts": {_json(done.attempts)}, '
         f'"dispatched": {_json(dispatched)}, "error_tokens": {_json(error_tokens)}, '
-        f'"mode": {mode}, "args": {_json(args)}, "side_effect": {_json(side_effect)}, '
-        f'"duration_s": {_json(duration_s)}, '
+        f'"mode": {mode}, "args": {args}, "side_effect": {_json(side_effect)}, '
+        f'"duration_s": {duration_s}, '
         f'"shadow": {_dumps(dict(shadow)) if shadow else "{}"}, '
-        f'"at": {_json(at)}, "type": "call"}}'
+        f'"at": {at}, "type": "call"}}'
     )
 
 
 def _redacted(value: Any, secrets: Callable[[str], str]) -> str:
     """A text field, redacted; anything else by its JSON text (``default=str``), redacted."""
     return secrets(value if type(value) is str else _json(value))
+
+
+def args_json(redactor: Redactor, args: dict[str, Any], sent: str | None) -> str:
+    """The arguments' JSON text for a call line, redacted by ``redactor``.
+
+    ``sent`` is the JSON text the arguments were parsed from (``None``: they came as an
+    object).  Clean as a whole, by the rules of :meth:`Redactor.verbatim`, that text is the
+    line's, as sent (spacing and number spelling as the model wrote them: the same values);
+    else the arguments' own JSON text, clean as a whole; else the redacted copy's text (the
+    walk over every value, as before).
+    """
+    if type(args) is not dict:  # a subclass may iterate its keys as it likes
+        return _json(redactor.value(args))
+    if sent is not None and redactor.verbatim(sent, args):
+        return sent
+    try:
+        text = _encode_strict(args)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON values: the walk
+        return _json(redactor.value(args))
+    return text if redactor.verbatim(text, args) else _json(redactor.value(args))
+
+
+def micros(count: int) -> str:
+    """``count`` microseconds as a JSON number of seconds, in integer arithmetic (a float's
+    shortest repr costs several times as much): ``1500`` is ``0.001500``."""
+    if count < 0:
+        return f"-{micros(-count)}"
+    seconds, fraction = divmod(count, 1_000_000)
+    return f"{seconds}.{fraction:06d}"
 
 
 class CallObserver(Protocol):
@@ -234,6 +266,11 @@ class CallObserver(Protocol):
 #: ``json.dumps(record, ensure_ascii=False, default=str)`` without an encoder per line.
 _encode_line = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True,
                                 default=str)
+
+
+#: The same text for plain JSON values, raising for anything else (``default=str`` would
+#: write an object's ``str``, where the redacting walk writes its redacted ``repr``).
+_encode_strict = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
 
 
 def _dumps(record: Any) -> str:
