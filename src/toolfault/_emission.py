@@ -73,7 +73,7 @@ class Emitter:
                     redactor.secrets, result.tool, result.call_id, g.task_id, g._turn,
                     result.fingerprint, result, call.dispatched,
                     0 if result.ok else g.count_tokens(result.text), g.mode,
-                    _trace.args_json(redactor, args, getattr(call, "sent", None))
+                    _trace.args_json(redactor, args, call.sent)
                     if isinstance(args, dict) else "null",
                     spec is not None and bool(spec.side_effect), _trace.micros(took),
                     redactor.value(dict(call.shadow)) if call.shadow else None,

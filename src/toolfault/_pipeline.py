@@ -564,6 +564,7 @@ def _parse_json(call: _Call, raw: str | bytes | bytearray) -> Any:
         # surrogates, depth, bad JSON) the standard parser decides and words, as before.
         parsed = _from_json(text, allow_inf_nan=False)
         call.plain_json = _lazy_json(text)
+        call.sent = text
     except ValueError:
         parsed = _parse_json_slowly(call, text)
     if type(parsed) is dict or parsed is NOT_JSON:
