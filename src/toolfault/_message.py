@@ -185,7 +185,9 @@ def _echo_value(value: Any, depth: int, secret: bool, redactor: Redactor,
         return value
     if kind is int or kind is float:
         return REDACTED if secret else _shrink(value)
-    container = kind is dict or isinstance(value, Mapping)
+    # A list or tuple (the usual member) is decided without an ABC check for Mapping.
+    container = kind is dict or (kind is not list and kind is not tuple
+                                 and isinstance(value, Mapping))
     if container or isinstance(value, (list, tuple)):
         if depth < MAX_DEPTH:
             if container:
@@ -264,7 +266,8 @@ def render_error(
     # Never an empty part: the shape is the contract even when a tool said nothing.
     reason = sentence(reason) or sentence(f"{tool} failed")
     next_action = sentence(next_action) or "stop and report this failure to the user."
-    effect = EFFECT_WORD[outcome]
+    # Outcome hashes in Python (Enum.__hash__): the usual verdict without a dict lookup.
+    effect = "none" if outcome is Outcome.NO_EFFECT else EFFECT_WORD[outcome]
     text = (
         f"{tool} failed (code: {code}).\n"
         f"Reason: {reason}\n"

@@ -142,29 +142,18 @@ class Shaper:
             reason = entry.summary or f"{call.name} failed"
         next_action = _with_moves(_next_action(failure, values, _without(said, hidden)),
                                   alternatives, failure.outcome)
-        retryable = failure.retryable and failure.outcome is Outcome.NO_EFFECT
-
-        def render(reason: str, args_text: str) -> tuple[str, dict[str, Any]]:
-            rendered = render_error(
-                tool=call.name, code=failure.code, reason=reason, args_text=args_text,
-                outcome=failure.outcome, retryable=retryable, retry_after=failure.retry_after,
-                next_action=next_action, title=entry.summary,
-                failure_class=failure.failure_class.value,
-            )
-            return rendered.text, rendered.problem
-
-        text, problem = render(reason, echo.text)
+        text, problem = _render(call.name, failure, reason, echo.text, next_action)
         budget = self._g.catalog.token_budget
         if self._g.count_tokens(text) > budget:
             # Over budget: keep the first problem only, then echo less of the arguments.
             first = failure.values.get("first_reason")
             if isinstance(first, str):
                 reason = _without(redactor.prose(first, allow=allow), hidden)
-                text, problem = render(reason, echo.text)
+                text, problem = _render(call.name, failure, reason, echo.text, next_action)
             if self._g.count_tokens(text) > budget:
                 short = cut_echo(echo.whole, 160) if echo.whole is not None else \
                     echo_args(redactor.value(call.args), max_chars=160)
-                text, problem = render(reason, short)
+                text, problem = _render(call.name, failure, reason, short, next_action)
         return text, problem
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
@@ -350,6 +339,20 @@ def _display_name(name: str) -> str:
     return cleaned or "unnamed_tool"
 
 _encode_chunks = prebuilt_chunks(sort_keys=False, separators=(", ", ": "), allow_nan=True)
+
+
+def _render(tool: str, failure: Failure, reason: str, args_text: str, next_action: str
+            ) -> tuple[str, dict[str, Any]]:
+    """The four-part text and its problem dict (a function, not a closure made per failure)."""
+    outcome = failure.outcome
+    rendered = render_error(
+        tool=tool, code=failure.code, reason=reason, args_text=args_text, outcome=outcome,
+        retryable=failure.retryable and outcome is Outcome.NO_EFFECT,
+        retry_after=failure.retry_after, next_action=next_action, title=failure.entry.summary,
+        # ``_value_`` is what Enum's ``value`` property returns, without its two Python calls.
+        failure_class=failure.failure_class._value_,
+    )
+    return rendered.text, rendered.problem
 
 
 def _with_moves(next_action: str, alternatives: Sequence[Alternative], outcome: Outcome) -> str:
