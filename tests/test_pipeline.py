@@ -248,6 +248,23 @@ def test_guard_results_equal_the_dataclass_they_are_built_as() -> None:
     assert dataclasses.replace(fast, text="x").text == "x"
 
 
+def test_failure_info_built_unsealed_equals_the_dataclass() -> None:
+    """A failure's FailureInfo, built as a result is, is a FailureInfo like any other."""
+    import dataclasses
+
+    from toolfault import FailureClass, Outcome
+    from toolfault._result import FailureInfo, new_failure_info
+
+    cause = ValueError("x")
+    fast = new_failure_info("tool_error", Outcome.UNKNOWN, True, False, True, False,
+                            FailureClass.TRANSIENT, None, cause)
+    slow = FailureInfo("tool_error", Outcome.UNKNOWN, True, False, True, False,
+                       FailureClass.TRANSIENT, None, cause)
+    assert type(fast) is FailureInfo and fast == slow and repr(fast) == repr(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.code = "other"  # type: ignore[misc]
+
+
 def test_a_status_key_after_plain_results_is_still_seen() -> None:
     """Remembering a tool's plain result keys never hides a status key seen later."""
     from toolfault._returned import default_error_result

@@ -137,6 +137,32 @@ class _Unsealed:
     __slots__ = ToolResult.__slots__
 
 
+class _UnsealedInfo:
+    """A :class:`FailureInfo` under construction (as :class:`_Unsealed` for a result)."""
+
+    __slots__ = FailureInfo.__slots__
+
+
+def new_failure_info(code: str, outcome: Outcome, terminal: bool, blocked: bool,
+                     retryable: bool, halt: bool, failure_class: FailureClass | None,
+                     error: ToolError | None, cause: BaseException | None) -> FailureInfo:
+    """``FailureInfo(...)`` (positional, in field order), built as :func:`new_result` builds
+    a result: filled in unsealed, then made a ``FailureInfo``."""
+    info: Any = _UnsealedInfo()
+    info.code = code
+    info.outcome = outcome
+    info.terminal = terminal
+    info.blocked = blocked
+    info.retryable = retryable
+    info.halt = halt
+    info.failure_class = failure_class
+    info.error = error
+    info.cause = cause
+    info.__class__ = FailureInfo
+    sealed: FailureInfo = info
+    return sealed
+
+
 def new_result(tool: str, ok: bool, text: str, data: Any, attempts: int, call_id: str,
                failure: FailureInfo | None, fingerprint: Any) -> ToolResult:
     """``ToolResult(...)``, built the way the guard builds one per call: filled in as an

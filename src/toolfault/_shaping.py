@@ -31,7 +31,7 @@ from toolfault._message import (
     render_terminal,
 )
 from toolfault._redact import REDACTED, Redactor
-from toolfault._result import FailureInfo, ToolResult, new_result
+from toolfault._result import FailureInfo, ToolResult, new_failure_info, new_result
 from toolfault._tool import Alternative
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class Shaper:
             call.shadow["would_say"] = text
             text = self._g.redactor.secrets(_unshaped_text(call.name, failure))
         code, outcome, failure_class = failure.code, failure.outcome, failure.failure_class
-        info = _failure_info(
+        info = new_failure_info(
             code, outcome, terminal, blocked, failure.retryable and not terminal, halt,
             failure_class,
             failure.error or ToolError(code, failure.reason, outcome=outcome,
@@ -411,32 +411,6 @@ def _strings_in(args: Any) -> list[str]:
     if isinstance(args, dict):
         return [v for v in args.values() if isinstance(v, str)][:32]
     return []
-
-
-_INFO_SETTERS = tuple(FailureInfo.__dict__[name].__set__ for name in (
-    "code", "outcome", "terminal", "blocked", "retryable", "halt", "failure_class", "error",
-    "cause"))
-
-
-def _failure_info(code: str, outcome: Outcome, terminal: bool, blocked: bool, retryable: bool,
-                  halt: bool, failure_class: FailureClass | None, error: ToolError | None,
-                  cause: BaseException | None) -> FailureInfo:
-    """``FailureInfo(...)`` (positional, in field order) through the slots' own setters, as
-    :func:`~toolfault._result.new_result` builds a result: a frozen dataclass's ``__init__``
-    spends an ``object.__setattr__`` per field (same object, same fields, same immutability)."""
-    info: FailureInfo = object.__new__(FailureInfo)
-    s_code, s_outcome, s_terminal, s_blocked, s_retryable, s_halt, s_class, s_error, s_cause = \
-        _INFO_SETTERS
-    s_code(info, code)
-    s_outcome(info, outcome)
-    s_terminal(info, terminal)
-    s_blocked(info, blocked)
-    s_retryable(info, retryable)
-    s_halt(info, halt)
-    s_class(info, failure_class)
-    s_error(info, error)
-    s_cause(info, cause)
-    return info
 
 
 def _unshaped_text(tool: str, failure: Failure) -> str:
