@@ -188,7 +188,7 @@ def test_hostile_names_and_a_failing_store_never_raise() -> None:
     assert guard.call(BadName(), {}).code == "internal_error"  # type: ignore[arg-type]
 
     class Store(MemoryStore):
-        def release(self, task: str, key: str) -> None:
+        def release(self, task: str, key: str, holder: str = "") -> None:
             raise RuntimeError("store down")
 
     flaky = Guard(store=Store(), scan_env_secrets=False)

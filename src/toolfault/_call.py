@@ -81,6 +81,8 @@ class _Call:
     request: AdmissionRequest | None = None
     idem: str | None = None
     held: bool = False
+    #: Who claimed the idempotency key (one random token per claim): only it may release it.
+    holder: str = ""
     orphan: concurrent.futures.Future[Any] | None = None
     entry: LedgerEntry | None = None
     attempts: int = 0

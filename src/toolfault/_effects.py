@@ -18,6 +18,7 @@ import concurrent.futures
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -227,8 +228,10 @@ class Effects:
         if call.idem is None:
             call.idem = self.idempotency_key(call)
         ttl = max(30.0, 4 * (spec.timeout or 30.0))
+        if not call.holder:
+            call.holder = secrets.token_hex(8)
         try:
-            call.held = g._store.acquire(g.task_id, call.idem, ttl)
+            call.held = g._store.acquire(g.task_id, call.idem, ttl, call.holder)
         except StateUnavailableError:
             return self._unreachable(call)
         return None
@@ -275,17 +278,18 @@ class Effects:
                 # answer says happened, before anyone else may claim the key (at once when it
                 # already ended: a cancel can meet the answer, which its caller never saw).
                 task, idem, store, entry = g.task_id, call.idem, g._store, call.entry
+                holder = call.holder
 
                 def settled(done: concurrent.futures.Future[Any]) -> None:
                     if entry is not None and not done.cancelled() and done.exception() is None:
                         _quietly(store.swap_ledger, replace(
                             entry, effect=Outcome.APPLIED, confirmed_by="late return"), entry)
-                    _quietly(store.release, task, idem)
+                    _quietly(store.release, task, idem, holder)
 
                 orphan.add_done_callback(lambda done: _quietly(settled, done))
             else:
                 try:
-                    g._store.release(g.task_id, call.idem)
+                    g._store.release(g.task_id, call.idem, call.holder)
                 except Exception:
                     pass
             call.held = False

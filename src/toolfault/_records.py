@@ -28,6 +28,9 @@ class IncidentKind(enum.Enum):
     HALT = "halt"
     #: A read-only call returned the identical result again, or a cycle of calls repeated.
     NO_PROGRESS = "no_progress"
+    #: After a store outage, an idempotency key held locally was found claimed by another
+    #: worker in the shared store: the same action may have run twice.
+    KEY_CONFLICT = "key_conflict"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,11 @@ embedded durable file ``SQLiteStore``; a fleet of workers ``RedisStore``.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
@@ -31,7 +34,9 @@ from toolfault._admission import (
     LazyFingerprint,
 )
 from toolfault._errors import StateUnavailableError
-from toolfault._records import Incident, LedgerEntry
+from toolfault._records import Incident, IncidentKind, LedgerEntry
+
+log = logging.getLogger("toolfault")
 
 __all__ = [
     "Admission",
@@ -44,6 +49,7 @@ __all__ = [
     "DegradingKeyLocks",
     "DegradingRecords",
     "DegradingStore",
+    "KeyKeeper",
     "KeyLocks",
     "LazyFingerprint",
     "MemoryStore",
@@ -91,14 +97,31 @@ class Counters(Protocol):
 
 @runtime_checkable
 class KeyLocks(Protocol):
-    """Idempotency keys: one holder at a time per (task, key), with a TTL."""
+    """Idempotency keys: one holder at a time per (task, key), with a TTL.
 
-    def acquire(self, task: str, token: str, ttl: float) -> bool:
-        """Claim an idempotency key for an in-flight call; False when someone holds it."""
+    ``holder`` names who claimed a key (one random token per claim).  Only its holder may
+    release or extend a key, so a claim that ended late (a timed-out attempt that finally
+    returned) cannot free a key another worker claimed since.  The guard extends the keys it
+    holds while their holders run (:class:`KeyKeeper`), so the TTL frees a key only when
+    the process that held it is gone.
+
+    A store written to the earlier protocol (no ``holder``, no ``extend``) still works,
+    with a ``DeprecationWarning``: its keys are released by whoever asks and are not
+    extended (see :class:`DegradingKeyLocks`).
+    """
+
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
+        """Claim an idempotency key for ``holder`` for ``ttl`` seconds; False when another
+        holder has it.  Claiming a key one already holds extends it (True)."""
         ...
 
-    def release(self, task: str, token: str) -> None:
-        """Release an idempotency key claimed by :meth:`acquire`."""
+    def release(self, task: str, token: str, holder: str = "") -> None:
+        """Release the key if ``holder`` holds it (``""``: whoever holds it)."""
+        ...
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """Hold the key ``ttl`` seconds more; False when ``holder`` no longer holds it (it
+        expired and was claimed, or was released): nothing is changed then."""
         ...
 
 
@@ -276,7 +299,8 @@ class MemoryStore:
         # (moves it to the end) before it may evict it - LRU by the clock algorithm.
         self._tasks: OrderedDict[str, _Task] = OrderedDict()
         self._turns: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
-        self._held: dict[tuple[str, str], float] = {}
+        #: (task, token) -> (expiry, holder)
+        self._held: dict[tuple[str, str], tuple[float, str]] = {}
         # Expiry sweeps run when a task is new, a turn is new (at most once a second, or
         # beyond max_turns), or every _SWEEP_EVERY uses.
         self._uses = 0
@@ -428,18 +452,29 @@ class MemoryStore:
                     found.spend = max(0.0, found.spend - cost)
 
     # -- key locks ----------------------------------------------------------------------
-    def acquire(self, task: str, token: str, ttl: float) -> bool:
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
         now = time.monotonic()
         with self._lock:
-            expiry = self._held.get((task, token))
-            if expiry is not None and expiry > now:
+            held = self._held.get((task, token))
+            if held is not None and held[0] > now and (not holder or held[1] != holder):
                 return False
-            self._held[(task, token)] = now + ttl
+            self._held[(task, token)] = (now + ttl, holder)
             return True
 
-    def release(self, task: str, token: str) -> None:
+    def release(self, task: str, token: str, holder: str = "") -> None:
         with self._lock:
-            self._held.pop((task, token), None)
+            held = self._held.get((task, token))
+            if held is not None and (not holder or held[1] == holder):
+                del self._held[(task, token)]
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            held = self._held.get((task, token))
+            if held is None or held[1] != holder or held[0] <= now:
+                return False
+            self._held[(task, token)] = (now + ttl, holder)
+            return True
 
     # -- records ------------------------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
@@ -491,15 +526,17 @@ class MemoryStore:
             found = self._tasks.get(task)
             return list(found.incidents) if found is not None else []
 
-    def drain(self) -> tuple[list[LedgerEntry], list[tuple[str, str, float]], list[Incident]]:
-        """Take out every ledger entry, live idempotency key (task, token, seconds left) and
-        incident: what an outage left here, to be written into the shared store on recovery."""
+    def drain(self) -> tuple[list[LedgerEntry], list[tuple[str, str, float, str]],
+                             list[Incident]]:
+        """Take out every ledger entry, live idempotency key (task, token, seconds left,
+        holder) and incident: what an outage left here, to be written into the shared store
+        on recovery."""
         now = time.monotonic()
         with self._lock:
             entries = [e for task in self._tasks.values() for e in task.ledger.values()]
             incidents = [i for task in self._tasks.values() for i in task.incidents]
-            held = [(task, token, expiry - now) for (task, token), expiry in self._held.items()
-                    if expiry > now]
+            held = [(task, token, expiry - now, holder)
+                    for (task, token), (expiry, holder) in self._held.items() if expiry > now]
             for task in self._tasks.values():
                 task.ledger.clear()
                 task.by_key.clear()
@@ -558,7 +595,8 @@ class MemoryStore:
         task = self._tasks.pop(task_id)
         for turn_no in task.turns:
             self._turns.pop((task_id, turn_no), None)
-        for held in [h for h, expiry in self._held.items() if h[0] == task_id and expiry <= now]:
+        for held in [h for h, (expiry, _) in self._held.items()
+                     if h[0] == task_id and expiry <= now]:
             del self._held[held]
 
 
@@ -584,6 +622,14 @@ class _Outage:
         self.on_degrade = on_degrade
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
+        #: The primary takes holders (the current :class:`KeyLocks` protocol).
+        self.holders = _takes_holders(primary)
+
+    def acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """Claim a key on the primary, with its holder where the primary takes one."""
+        if self.holders:
+            return self.primary.acquire(task, token, ttl, holder)
+        return self.primary.acquire(task, token, ttl)
 
     def run(self, on_primary: Callable[_P, _R], on_fallback: Callable[_P, _R],
             *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -631,8 +677,8 @@ class _Outage:
             except Exception:
                 for entry in entries:
                     self.fallback.put_ledger(entry)
-                for task, token, left in held:
-                    self.fallback.acquire(task, token, left)
+                for task, token, left, holder in held:
+                    self.fallback.acquire(task, token, left, holder)
                 for incident in incidents:
                     self.fallback.add_incident(incident)
                 with self._lock:
@@ -645,11 +691,19 @@ class _Outage:
             _quietly(self._write_back, *late)
             return True
 
-    def _write_back(self, entries: list[LedgerEntry], held: list[tuple[str, str, float]],
-                    incidents: list[Incident]) -> None:
+    def _write_back(self, entries: list[LedgerEntry],
+                    held: list[tuple[str, str, float, str]], incidents: list[Incident]) -> None:
         primary = self.primary
-        for task, token, left in held:
-            primary.acquire(task, token, max(left, 0.001))
+        for task, token, left, holder in held:
+            if not self.acquire_primary(task, token, max(left, 0.001), holder):
+                # Another worker claimed the key in the shared store while this one held it
+                # locally: both may dispatch the same action.  Reported, not ignored.
+                log.warning("toolfault: an idempotency key held during the outage was "
+                            "claimed by another worker meanwhile")
+                incidents.insert(0, Incident(
+                    IncidentKind.KEY_CONFLICT, "*", "effect_unknown",
+                    "an idempotency key held locally during a store outage was claimed by "
+                    "another worker meanwhile; the action may have run twice", task, 0))
         for entry in sorted(entries, key=lambda e: e.at):
             primary.put_ledger(entry)
         for incident in incidents:
@@ -699,18 +753,136 @@ class DegradingCounters:
 
 
 class DegradingKeyLocks:
-    """:class:`KeyLocks` of the primary, or of the fallback during an outage."""
+    """:class:`KeyLocks` of the primary, or of the fallback during an outage.
+
+    Every key it grants is kept by a :class:`KeyKeeper` until released: extended while its
+    holder runs, wherever it lives now (the fallback during an outage).  A primary written
+    to the earlier protocol (``acquire``/``release`` without ``holder``, no ``extend``) is
+    called the earlier way: its keys are neither holder-checked nor extended.
+    """
 
     def __init__(self, outage: _Outage) -> None:
         self._outage = outage
         self._primary: KeyLocks = outage.primary
         self._fallback = outage.fallback
+        self.keeper = KeyKeeper(self.extend)
+        if not outage.holders:
+            warnings.warn(
+                f"{type(outage.primary).__name__} implements the earlier KeyLocks protocol: "
+                "add holder= to acquire and release, and extend(), so a late release cannot "
+                "free a key another worker holds", DeprecationWarning, stacklevel=4)
 
-    def acquire(self, task: str, token: str, ttl: float) -> bool:
-        return self._outage.run(self._primary.acquire, self._fallback.acquire, task, token, ttl)
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
+        outage = self._outage
+        got = outage.run(self._acquire_primary, self._fallback.acquire, task, token, ttl, holder)
+        if got and holder:
+            self.keeper.hold(task, token, holder, ttl)
+        return got
 
-    def release(self, task: str, token: str) -> None:
-        self._outage.run(self._primary.release, self._fallback.release, task, token)
+    def release(self, task: str, token: str, holder: str = "") -> None:
+        if holder:
+            self.keeper.drop(task, token, holder)
+        self._outage.run(self._release_primary, self._fallback.release, task, token, holder)
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        return self._outage.run(self._extend_primary, self._fallback.extend,
+                                task, token, ttl, holder)
+
+    def _acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        return self._outage.acquire_primary(task, token, ttl, holder)
+
+    def _release_primary(self, task: str, token: str, holder: str) -> None:
+        if self._outage.holders:
+            self._primary.release(task, token, holder)
+        else:
+            self._primary.release(task, token)
+
+    def _extend_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        if self._outage.holders:
+            return self._primary.extend(task, token, ttl, holder)
+        return True  # the earlier protocol cannot extend: the key's own TTL decides
+
+
+class KeyKeeper:
+    """Extends the idempotency keys this process holds while their holders run.
+
+    A side effect can run past its key's TTL (an attempt that timed out but still runs, or
+    retries plus checks); if the key expired, another worker could claim it and run the
+    same action while the first still might land.  The keeper renews each held key every
+    third of its TTL (a lock watchdog, as Redisson's), from one daemon thread that exists
+    only while keys are held.  So a key expires only when the process holding it is gone;
+    a key found lost at renewal (claimed by another worker after a long stall) is logged.
+    """
+
+    def __init__(self, extend: Callable[[str, str, float, str], bool]) -> None:
+        self._extend = extend
+        self._keys: dict[tuple[str, str, str], float] = {}  # (task, token, holder) -> ttl
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        #: Keys found lost at renewal (for tests and operators).
+        self.lost = 0
+
+    def hold(self, task: str, token: str, holder: str, ttl: float) -> None:
+        """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds)."""
+        with self._changed:
+            self._keys[(task, token, holder)] = ttl
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="toolfault-keys",
+                                                daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def drop(self, task: str, token: str, holder: str) -> None:
+        """Stop renewing ``holder``'s key (it is being released)."""
+        with self._changed:
+            self._keys.pop((task, token, holder), None)
+
+    @property
+    def held(self) -> int:
+        """How many keys are being kept now."""
+        return len(self._keys)
+
+    def _run(self) -> None:
+        due: dict[tuple[str, str, str], float] = {}
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                for key in [k for k in due if k not in self._keys]:
+                    del due[key]
+                for key, ttl in self._keys.items():
+                    due.setdefault(key, now + ttl / 3)
+                if not due:
+                    self._thread = None  # nothing held: the thread ends (a new hold starts one)
+                    return
+                ready = [(key, self._keys[key]) for key, at in due.items() if at <= now]
+                if not ready:
+                    self._changed.wait(min(due.values()) - now)
+                    continue
+            for key, ttl in ready:
+                due[key] = time.monotonic() + ttl / 3
+                try:
+                    kept = self._extend(key[0], key[1], ttl, key[2])
+                except Exception:  # noqa: BLE001 - try again next time; the TTL is the backstop
+                    kept = True
+                if not kept:
+                    with self._changed:
+                        still_held = self._keys.pop(key, None) is not None
+                    if still_held:  # not released meanwhile: really lost
+                        self.lost += 1
+                        log.warning("toolfault: an idempotency key expired while its call "
+                                    "still ran, and another call may hold it now")
+
+
+def _takes_holders(store: object) -> bool:
+    """Whether ``store`` implements the current :class:`KeyLocks` protocol (``holder`` on
+    ``acquire`` and ``release``, and ``extend``)."""
+    try:
+        acquire = inspect.signature(store.acquire)  # type: ignore[attr-defined]
+        release = inspect.signature(store.release)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return ("holder" in acquire.parameters and "holder" in release.parameters
+            and callable(getattr(store, "extend", None)))
 
 
 class DegradingRecords:
@@ -827,6 +999,7 @@ class DegradingStore:
         self.refund = counters.refund
         self.acquire = locks.acquire
         self.release = locks.release
+        self.extend = locks.extend
         self.put_ledger = records.put_ledger
         self.ledger = records.ledger
         self.ledger_entry = records.ledger_entry

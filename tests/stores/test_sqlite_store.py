@@ -334,3 +334,25 @@ def test_a_degradation_is_reported_in_the_shared_store(tmp_path: Path) -> None:
     assert [i.kind for i in other.incidents("t1")] == [IncidentKind.STATE_DEGRADED]
     other.close()
     guard.close()
+
+
+def test_a_file_from_before_holders_gains_the_holder_column(tmp_path: Path) -> None:
+    """A state file written before keys had holders opens, and its keys become
+    holder-checked (a key held there before is released by whoever asks, as it was)."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE held (task TEXT NOT NULL, token TEXT NOT NULL, "
+                   "expires REAL NOT NULL, PRIMARY KEY (task, token)) WITHOUT ROWID")
+        db.execute("INSERT INTO held VALUES ('t1', 'old', ?)", (time.time() + 30,))
+    db.close()
+    store = SQLiteStore(path)
+    try:
+        assert not store.acquire("t1", "old", 30, "me")
+        store.release("t1", "old")
+        assert store.acquire("t1", "old", 30, "me")
+        store.release("t1", "old", "someone-else")
+        assert not store.acquire("t1", "old", 30, "other")
+        store.release("t1", "old", "me")
+        assert store.acquire("t1", "old", 30, "other")
+    finally:
+        store.close()

@@ -185,6 +185,46 @@ def test_acquire_expires(store: Store) -> None:
     assert not store.acquire("task-a", "tok", 30)
 
 
+def test_only_the_holder_releases_a_key(store: Store) -> None:
+    """A late release by an earlier holder cannot free a key another holder claimed since."""
+    assert store.acquire("task-a", "tok", 0.05, "first")
+    time.sleep(0.15)  # the first holder's key expired
+    assert store.acquire("task-a", "tok", 30, "second")
+    store.release("task-a", "tok", "first")  # the first attempt ends late
+    assert not store.acquire("task-a", "tok", 30, "third")
+    store.release("task-a", "tok", "second")
+    assert store.acquire("task-a", "tok", 30, "third")
+
+
+def test_claiming_a_key_one_holds_extends_it(store: Store) -> None:
+    """The holder may claim its own key again (an outage's write-back does); nobody else."""
+    assert store.acquire("task-a", "tok", 30, "me")
+    assert store.acquire("task-a", "tok", 30, "me")
+    assert not store.acquire("task-a", "tok", 30, "other")
+    assert not store.acquire("task-a", "tok", 30)  # no holder named: never re-entrant
+
+
+def test_extend_keeps_a_key_past_its_ttl(store: Store) -> None:
+    """Extended before it expires, a key outlives its first TTL; only its holder extends."""
+    assert store.acquire("task-a", "tok", 0.2, "me")
+    assert not store.extend("task-a", "tok", 30, "other")
+    time.sleep(0.1)
+    assert store.extend("task-a", "tok", 0.3, "me")
+    time.sleep(0.15)  # past the first TTL, within the extension
+    assert not store.acquire("task-a", "tok", 30, "other")
+    time.sleep(0.3)  # the extension ran out too
+    assert not store.extend("task-a", "tok", 30, "me")  # expired: not brought back
+    assert store.acquire("task-a", "tok", 30, "other")
+    assert not store.extend("task-a", "never-held", 30, "me")
+
+
+def test_release_without_a_holder_frees_any_key(store: Store) -> None:
+    """The earlier protocol's release (no holder) still frees the key, whoever holds it."""
+    assert store.acquire("task-a", "tok", 30, "me")
+    store.release("task-a", "tok")
+    assert store.acquire("task-a", "tok", 30, "other")
+
+
 def test_ledger_upsert_and_order(store: Store) -> None:
     """Entries come back oldest first, equal to what was written; a rewrite replaces in place."""
     e1, e2, e3 = entry("c1", at=2000.5), entry("c2", at=1000.25), entry("c3", at=3000.0)

@@ -156,6 +156,29 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
+# Idempotency keys hold their holder's token.  KEYS: the key.  ARGV: holder, ttl ms,
+# 1 when a holder was named (claiming a key one holds already extends it).
+_ACQUIRE_KEY = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if ARGV[3] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: the key.  ARGV: holder.  Deleted only by its holder.
+_RELEASE_KEY = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: the key.  ARGV: holder, ttl ms.  Extended only while its holder holds it.
+_EXTEND_KEY = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 # KEYS: ledger hash, ledger order.  Returns the json values in first-write order.
 _READ_LEDGER = """
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
@@ -230,6 +253,9 @@ class RedisStore:
         self._ledger_entry = client.register_script(_LEDGER_ENTRY)
         self._swap_ledger = client.register_script(_SWAP_LEDGER)
         self._add_incident = client.register_script(_ADD_INCIDENT)
+        self._acquire_key = client.register_script(_ACQUIRE_KEY)
+        self._release_key = client.register_script(_RELEASE_KEY)
+        self._extend_key = client.register_script(_EXTEND_KEY)
         self._tags: dict[str, str] = {}
         # Reservation tokens: unique per store handle (random part) and per call (counter).
         self._nonce = os.urandom(6).hex()
@@ -347,12 +373,20 @@ class RedisStore:
             self._refund(keys=[self.key(task, "spend")], args=[repr(float(cost)), self.ttl_ms])
 
     # -- idempotency keys -------------------------------------------------------------
-    def acquire(self, task: str, token: str, ttl: float) -> bool:
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
         px = max(1, math.ceil(ttl * 1000))
-        return bool(self.client.set(self.key(task, "held", token), "1", nx=True, px=px))
+        return bool(self._acquire_key(keys=[self.key(task, "held", token)],
+                                      args=[holder or "1", px, 1 if holder else 0]))
 
-    def release(self, task: str, token: str) -> None:
-        self.client.delete(self.key(task, "held", token))
+    def release(self, task: str, token: str, holder: str = "") -> None:
+        if not holder:
+            self.client.delete(self.key(task, "held", token))
+            return
+        self._release_key(keys=[self.key(task, "held", token)], args=[holder])
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        px = max(1, math.ceil(ttl * 1000))
+        return bool(self._extend_key(keys=[self.key(task, "held", token)], args=[holder, px]))
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:

@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS pending (
 CREATE INDEX IF NOT EXISTS pending_by_key ON pending (task, turn, fingerprint, expires);
 CREATE TABLE IF NOT EXISTS held (
     task TEXT NOT NULL, token TEXT NOT NULL, expires REAL NOT NULL,
+    holder TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (task, token)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger (
@@ -177,6 +178,9 @@ class SQLiteStore:
             columns = {row[1] for row in db.execute("PRAGMA table_info(ledger)")}
             if "idem" not in columns:
                 db.execute("ALTER TABLE ledger ADD COLUMN idem TEXT")
+            held = {row[1] for row in db.execute("PRAGMA table_info(held)")}
+            if "holder" not in held:  # a file from before holder-checked keys
+                db.execute("ALTER TABLE held ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
             db.execute(_LEDGER_KEY_INDEX)
 
     # -- connections ------------------------------------------------------------------
@@ -427,21 +431,37 @@ class SQLiteStore:
                        "WHERE task = :task", {"cost": cost, "now": time.time(), "task": task})
 
     # -- idempotency keys -------------------------------------------------------------
-    def acquire(self, task: str, token: str, ttl: float) -> bool:
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
         now = time.time()
         with self._write() as db:
             row = db.execute(
-                "INSERT INTO held (task, token, expires) VALUES (:task, :token, :expires) "
-                "ON CONFLICT (task, token) DO UPDATE SET expires = excluded.expires "
-                "WHERE held.expires <= :now RETURNING expires",
-                {"task": task, "token": token, "expires": now + ttl, "now": now},
+                "INSERT INTO held (task, token, expires, holder) "
+                "VALUES (:task, :token, :expires, :holder) "
+                "ON CONFLICT (task, token) DO UPDATE SET expires = excluded.expires, "
+                "holder = excluded.holder "
+                "WHERE held.expires <= :now OR (:holder != '' AND held.holder = :holder) "
+                "RETURNING expires",
+                {"task": task, "token": token, "expires": now + ttl, "now": now,
+                 "holder": holder},
             ).fetchone()
             return row is not None
 
-    def release(self, task: str, token: str) -> None:
+    def release(self, task: str, token: str, holder: str = "") -> None:
         with self._write() as db:
-            db.execute("DELETE FROM held WHERE task = :task AND token = :token",
-                       {"task": task, "token": token})
+            db.execute("DELETE FROM held WHERE task = :task AND token = :token "
+                       "AND (:holder = '' OR holder = :holder)",
+                       {"task": task, "token": token, "holder": holder})
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        now = time.time()
+        with self._write() as db:
+            row = db.execute(
+                "UPDATE held SET expires = :expires WHERE task = :task AND token = :token "
+                "AND holder = :holder AND expires > :now RETURNING expires",
+                {"task": task, "token": token, "expires": now + ttl, "now": now,
+                 "holder": holder},
+            ).fetchone()
+            return row is not None
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:

@@ -1,0 +1,174 @@
+"""Holder-checked idempotency keys, kept while their holders run (``_state.py``).
+
+The store contract (``test_store_contract.py``) pins what each store does with a holder;
+these tests pin what the guard and the degrading wrapper do with it: a late release cannot
+free a key another call claimed since, a held key outlives its TTL while its holder runs,
+an outage that hid a second claim is reported, and a store written to the earlier protocol
+still works.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import pytest
+
+from toolfault import Guard, IncidentKind, MemoryStore
+from toolfault._state import DegradingStore
+
+
+def _held(store: MemoryStore) -> dict[tuple[str, str], tuple[float, str]]:
+    return dict(store._held)
+
+
+def test_a_late_release_does_not_free_a_key_claimed_since() -> None:
+    """The bug this fixes: a call whose key expired while it ran (and was claimed by another
+    worker) used to delete that worker's key when it ended, letting a third call dispatch
+    the same action."""
+    shared = MemoryStore()
+    guard = Guard(store=shared, task_id="t1", scan_env_secrets=False)
+    seen: list[tuple[str, str]] = []
+
+    @guard.tool(side_effect=True)
+    def pay(order: str) -> str:
+        [(key, (_, holder))] = _held(shared).items()
+        seen.append((key[1], holder))
+        # Meanwhile the key expired and another worker claimed it for the same action.
+        shared.release(*key)
+        assert shared.acquire(key[0], key[1], 30, "another-worker")
+        return "paid"
+
+    assert guard.call("pay", {"order": "A-1"}).ok
+    [(token, holder)] = seen
+    assert holder and holder != "another-worker"  # the guard claimed it with a holder
+    # The other worker still holds its key: nobody else can claim it.
+    assert _held(shared)[("t1", token)][1] == "another-worker"
+    assert not shared.acquire("t1", token, 30, "a-third-worker")
+
+
+def test_the_guard_releases_its_own_key_and_stops_keeping_it() -> None:
+    shared = MemoryStore()
+    guard = Guard(store=shared, task_id="t1", scan_env_secrets=False)
+    keeper = guard._store.key_locks.keeper
+    during: list[int] = []
+
+    @guard.tool(side_effect=True)
+    def pay(order: str) -> str:
+        during.append(keeper.held)
+        return "paid"
+
+    assert guard.call("pay", {"order": "A-1"}).ok
+    assert during == [1] and keeper.held == 0
+    assert _held(shared) == {}
+
+
+def test_a_held_key_outlives_its_ttl_while_its_holder_runs() -> None:
+    """The keeper extends a key every third of its TTL until it is released."""
+    primary = MemoryStore()
+    store = DegradingStore(primary)
+    assert store.acquire("t1", "pay:A-1", 0.3, "me")
+    time.sleep(0.9)  # three TTLs
+    assert not primary.acquire("t1", "pay:A-1", 30, "other")
+    assert store.key_locks.keeper.held == 1
+    store.release("t1", "pay:A-1", "me")
+    assert store.key_locks.keeper.held == 0
+    assert primary.acquire("t1", "pay:A-1", 30, "other")
+
+
+def test_the_keeper_thread_exists_only_while_keys_are_held() -> None:
+    store = DegradingStore(MemoryStore())
+    keeper = store.key_locks.keeper
+    store.acquire("t1", "tok", 0.15, "me")
+    assert keeper._thread is not None
+    store.release("t1", "tok", "me")
+    deadline = time.monotonic() + 2
+    while keeper._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert keeper._thread is None
+
+
+def test_a_key_lost_at_renewal_is_counted_and_no_longer_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    primary = MemoryStore()
+    store = DegradingStore(primary)
+    keeper = store.key_locks.keeper
+    store.acquire("t1", "tok", 0.15, "me")
+    primary.release("t1", "tok")  # an operator (or an expiry) freed it ...
+    assert primary.acquire("t1", "tok", 30, "other")  # ... and another worker took it
+    deadline = time.monotonic() + 2
+    while keeper.lost == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert keeper.lost == 1 and keeper.held == 0
+    assert "idempotency key expired" in caplog.text
+    assert _held(primary)[("t1", "tok")][1] == "other"  # never taken back
+
+
+class _Flaky(MemoryStore):
+    """A shared store that can be made unreachable (every call raises ConnectionError)."""
+
+    down = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("acquire", "release", "extend", "put_ledger", "ledger", "add_incident",
+                    "incidents") and object.__getattribute__(self, "down"):
+            raise ConnectionError("store unreachable")
+        return super().__getattribute__(name)
+
+
+def test_a_key_claimed_elsewhere_during_an_outage_is_reported_on_recovery() -> None:
+    primary = _Flaky()
+    store = DegradingStore(primary, retry_after=0.0)
+    primary.down = True
+    assert store.acquire("t1", "pay:A-1", 30, "me")  # counted locally: the outage
+    assert store.degraded
+    primary.down = False
+    assert primary.acquire("t1", "pay:A-1", 30, "another-worker")  # claimed in the shared store
+    store.ledger("t1")  # the next call recovers: the local key is written back
+    assert not store.degraded
+    kinds = [i.kind for i in primary.incidents("t1")]
+    assert IncidentKind.KEY_CONFLICT in kinds
+    assert _held(primary)[("t1", "pay:A-1")][1] == "another-worker"
+    store.release("t1", "pay:A-1", "me")
+
+
+def test_a_key_held_during_an_outage_is_written_back_with_its_holder() -> None:
+    primary = _Flaky()
+    store = DegradingStore(primary, retry_after=0.0)
+    primary.down = True
+    assert store.acquire("t1", "pay:A-1", 30, "me")
+    primary.down = False
+    store.ledger("t1")
+    assert _held(primary)[("t1", "pay:A-1")][1] == "me"
+    assert IncidentKind.KEY_CONFLICT not in [i.kind for i in primary.incidents("t1")]
+    store.release("t1", "pay:A-1", "me")
+    assert _held(primary) == {}
+
+
+class _EarlierProtocol(MemoryStore):
+    """A third-party store written before holders: ``acquire``/``release`` without them."""
+
+    def acquire(self, task: str, token: str, ttl: float) -> bool:  # type: ignore[override]
+        return super().acquire(task, token, ttl)
+
+    def release(self, task: str, token: str) -> None:  # type: ignore[override]
+        super().release(task, token)
+
+
+def test_a_store_on_the_earlier_protocol_still_works_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="earlier KeyLocks protocol"):
+        guard = Guard(store=_EarlierProtocol(), task_id="t1", scan_env_secrets=False)
+    runs: list[str] = []
+
+    @guard.tool(side_effect=True)
+    def pay(order: str) -> str:
+        runs.append(order)
+        return "paid"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert guard.call("pay", {"order": "A-1"}).ok
+        assert guard.call("pay", {"order": "A-2"}).ok
+    assert runs == ["A-1", "A-2"]
+    assert guard._store.key_locks.keeper.held == 0
