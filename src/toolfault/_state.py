@@ -467,6 +467,12 @@ class MemoryStore:
             if held is not None and (not holder or held[1] == holder):
                 del self._held[(task, token)]
 
+    def has_key(self, task: str, token: str) -> bool:
+        """Whether anyone holds the key now."""
+        with self._lock:
+            held = self._held.get((task, token))
+            return held is not None and held[0] > time.monotonic()
+
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
         now = time.monotonic()
         with self._lock:
@@ -785,8 +791,14 @@ class DegradingKeyLocks:
         self._outage.run(self._release_primary, self._fallback.release, task, token, holder)
 
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
-        return self._outage.run(self._extend_primary, self._fallback.extend,
+        return self._outage.run(self._extend_primary, self._extend_fallback,
                                 task, token, ttl, holder)
+
+    def _extend_fallback(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """During an outage: a key claimed on the primary before it is not here, and not
+        lost either (the renewals after recovery decide); one here is extended here."""
+        fallback = self._fallback
+        return fallback.extend(task, token, ttl, holder) or not fallback.has_key(task, token)
 
     def _acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
         return self._outage.acquire_primary(task, token, ttl, holder)
@@ -836,6 +848,7 @@ class KeyKeeper:
         """Stop renewing ``holder``'s key (it is being released)."""
         with self._changed:
             self._keys.pop((task, token, holder), None)
+            self._changed.notify()  # the last one: the thread ends now, not at its next renewal
 
     @property
     def held(self) -> int:

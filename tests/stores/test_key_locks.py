@@ -68,8 +68,8 @@ def test_a_held_key_outlives_its_ttl_while_its_holder_runs() -> None:
     """The keeper extends a key every third of its TTL until it is released."""
     primary = MemoryStore()
     store = DegradingStore(primary)
-    assert store.acquire("t1", "pay:A-1", 0.3, "me")
-    time.sleep(0.9)  # three TTLs
+    assert store.acquire("t1", "pay:A-1", 0.6, "me")
+    time.sleep(1.8)  # three TTLs
     assert not primary.acquire("t1", "pay:A-1", 30, "other")
     assert store.key_locks.keeper.held == 1
     store.release("t1", "pay:A-1", "me")
@@ -172,3 +172,22 @@ def test_a_store_on_the_earlier_protocol_still_works_with_a_warning() -> None:
         assert guard.call("pay", {"order": "A-2"}).ok
     assert runs == ["A-1", "A-2"]
     assert guard._store.key_locks.keeper.held == 0
+
+
+def test_a_key_claimed_before_an_outage_is_not_lost_during_it() -> None:
+    """Renewals during an outage cannot reach the primary; a key the fallback never saw is
+    kept (not counted lost), and renewed on the primary again after recovery."""
+    primary = _Flaky()
+    store = DegradingStore(primary, retry_after=0.0)
+    keeper = store.key_locks.keeper
+    assert store.acquire("t1", "pay:A-1", 1.5, "me")  # on the primary, renewed every 0.5 s
+    primary.down = True
+    time.sleep(0.7)  # one renewal during the outage, shorter than the TTL
+    assert keeper.lost == 0 and keeper.held == 1
+    primary.down = False
+    time.sleep(1.2)  # renewed on the primary again (recovered at the next renewal)
+    assert not store.degraded
+    assert keeper.lost == 0
+    assert not primary.acquire("t1", "pay:A-1", 30, "other")
+    store.release("t1", "pay:A-1", "me")
+    assert primary.acquire("t1", "pay:A-1", 30, "other")
