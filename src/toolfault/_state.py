@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 import time
 import warnings
@@ -467,12 +468,6 @@ class MemoryStore:
             if held is not None and (not holder or held[1] == holder):
                 del self._held[(task, token)]
 
-    def has_key(self, task: str, token: str) -> bool:
-        """Whether anyone holds the key now."""
-        with self._lock:
-            held = self._held.get((task, token))
-            return held is not None and held[0] > time.monotonic()
-
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
         now = time.monotonic()
         with self._lock:
@@ -701,7 +696,8 @@ class _Outage:
                     held: list[tuple[str, str, float, str]], incidents: list[Incident]) -> None:
         primary = self.primary
         for task, token, left, holder in held:
-            if not self.acquire_primary(task, token, max(left, 0.001), holder):
+            if not self.acquire_primary(task, token, max(left, 0.001), holder) \
+                    and self.holders:  # (the earlier protocol: a repeat claim looks the same)
                 # Another worker claimed the key in the shared store while this one held it
                 # locally: both may dispatch the same action.  Reported, not ignored.
                 log.warning("toolfault: an idempotency key held during the outage was "
@@ -795,10 +791,10 @@ class DegradingKeyLocks:
                                 task, token, ttl, holder)
 
     def _extend_fallback(self, task: str, token: str, ttl: float, holder: str) -> bool:
-        """During an outage: a key claimed on the primary before it is not here, and not
-        lost either (the renewals after recovery decide); one here is extended here."""
-        fallback = self._fallback
-        return fallback.extend(task, token, ttl, holder) or not fallback.has_key(task, token)
+        """During an outage a renewal claims the key locally for its holder (one claimed on
+        the primary before the outage is not here yet): written back on recovery, where a
+        claim by another worker meanwhile is reported as a ``key_conflict``."""
+        return self._fallback.acquire(task, token, ttl, holder)
 
     def _acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
         return self._outage.acquire_primary(task, token, ttl, holder)
@@ -822,22 +818,35 @@ class KeyKeeper:
     retries plus checks); if the key expired, another worker could claim it and run the
     same action while the first still might land.  The keeper renews each held key every
     third of its TTL (a lock watchdog, as Redisson's), from one daemon thread that exists
-    only while keys are held.  So a key expires only when the process holding it is gone;
-    a key found lost at renewal (claimed by another worker after a long stall) is logged.
+    only while keys are held.  So a key expires when the process holding it is gone, or
+    ``max_hold`` seconds after it was claimed (an attempt hung for an hour no longer blocks
+    its action for the life of the process); a key found lost at renewal is logged.
     """
 
-    def __init__(self, extend: Callable[[str, str, float, str], bool]) -> None:
+    #: Seconds after its claim a key stops being renewed (its TTL then runs out).
+    MAX_HOLD = 3600.0
+
+    def __init__(self, extend: Callable[[str, str, float, str], bool], *,
+                 max_hold: float = MAX_HOLD) -> None:
         self._extend = extend
-        self._keys: dict[tuple[str, str, str], float] = {}  # (task, token, holder) -> ttl
+        self.max_hold = max_hold
+        #: (task, token, holder) -> [ttl, next renewal, renew until]
+        self._keys: dict[tuple[str, str, str], list[float]] = {}
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
         #: Keys found lost at renewal (for tests and operators).
         self.lost = 0
 
     def hold(self, task: str, token: str, holder: str, ttl: float) -> None:
         """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds)."""
+        now = time.monotonic()
         with self._changed:
-            self._keys[(task, token, holder)] = ttl
+            if os.getpid() != self._pid:  # forked: the parent's thread and keys are not ours
+                self._pid, self._thread, self._keys = os.getpid(), None, {}
+            kept = self._keys.get((task, token, holder))
+            until = kept[2] if kept is not None else now + self.max_hold
+            self._keys[(task, token, holder)] = [ttl, now + ttl / 3, until]
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="toolfault-keys",
                                                 daemon=True)
@@ -850,34 +859,44 @@ class KeyKeeper:
             self._keys.pop((task, token, holder), None)
             self._changed.notify()  # the last one: the thread ends now, not at its next renewal
 
+    def close(self) -> None:
+        """Stop renewing every key (the guard is closing; their TTLs run out)."""
+        with self._changed:
+            self._keys.clear()
+            self._changed.notify()
+
     @property
     def held(self) -> int:
         """How many keys are being kept now."""
         return len(self._keys)
 
     def _run(self) -> None:
-        due: dict[tuple[str, str, str], float] = {}
         while True:
             with self._changed:
-                now = time.monotonic()
-                for key in [k for k in due if k not in self._keys]:
-                    del due[key]
-                for key, ttl in self._keys.items():
-                    due.setdefault(key, now + ttl / 3)
-                if not due:
+                if not self._keys:
                     self._thread = None  # nothing held: the thread ends (a new hold starts one)
                     return
-                ready = [(key, self._keys[key]) for key, at in due.items() if at <= now]
+                now = time.monotonic()
+                ready = [(key, kept[0]) for key, kept in self._keys.items() if kept[1] <= now]
                 if not ready:
-                    self._changed.wait(min(due.values()) - now)
+                    self._changed.wait(min(kept[1] for kept in self._keys.values()) - now)
                     continue
-            for key, ttl in ready:
-                due[key] = time.monotonic() + ttl / 3
+                renew = []
+                for key, ttl in ready:
+                    kept = self._keys[key]
+                    if kept[2] <= now:  # held past max_hold: its TTL decides from here
+                        del self._keys[key]
+                        log.warning("toolfault: an idempotency key was held for %.0f s; it is "
+                                    "no longer renewed", self.max_hold)
+                    else:
+                        kept[1] = now + ttl / 3
+                        renew.append((key, ttl))
+            for key, ttl in renew:
                 try:
-                    kept = self._extend(key[0], key[1], ttl, key[2])
+                    kept_key = self._extend(key[0], key[1], ttl, key[2])
                 except Exception:  # noqa: BLE001 - try again next time; the TTL is the backstop
-                    kept = True
-                if not kept:
+                    kept_key = True
+                if not kept_key:
                     with self._changed:
                         still_held = self._keys.pop(key, None) is not None
                     if still_held:  # not released meanwhile: really lost
@@ -894,8 +913,11 @@ def _takes_holders(store: object) -> bool:
         release = inspect.signature(store.release)  # type: ignore[attr-defined]
     except (AttributeError, TypeError, ValueError):
         return False
-    return ("holder" in acquire.parameters and "holder" in release.parameters
-            and callable(getattr(store, "extend", None)))
+    def takes(sig: inspect.Signature) -> bool:  # by name, or a wrapper's **kwargs
+        return "holder" in sig.parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+
+    return takes(acquire) and takes(release) and callable(getattr(store, "extend", None))
 
 
 class DegradingRecords:
@@ -1044,6 +1066,7 @@ class DegradingStore:
         self._outage.retry_after = seconds
 
     def close(self) -> None:
+        self.key_locks.keeper.close()
         self.primary.close()
 
 

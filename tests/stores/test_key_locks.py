@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from toolfault import Guard, IncidentKind, MemoryStore
+from toolfault import Guard, Incident, IncidentKind, LedgerEntry, MemoryStore, Outcome
 from toolfault._state import DegradingStore
 
 
@@ -106,15 +106,37 @@ def test_a_key_lost_at_renewal_is_counted_and_no_longer_kept(
 
 
 class _Flaky(MemoryStore):
-    """A shared store that can be made unreachable (every call raises ConnectionError)."""
+    """A shared store that can be made unreachable (its calls raise ConnectionError)."""
 
     down = False
 
-    def __getattribute__(self, name: str) -> Any:
-        if name in ("acquire", "release", "extend", "put_ledger", "ledger", "add_incident",
-                    "incidents") and object.__getattribute__(self, "down"):
+    def _reach(self) -> None:
+        if self.down:
             raise ConnectionError("store unreachable")
-        return super().__getattribute__(name)
+
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
+        self._reach()
+        return super().acquire(task, token, ttl, holder)
+
+    def release(self, task: str, token: str, holder: str = "") -> None:
+        self._reach()
+        super().release(task, token, holder)
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        self._reach()
+        return super().extend(task, token, ttl, holder)
+
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        self._reach()
+        super().put_ledger(entry)
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        self._reach()
+        return super().ledger(task)
+
+    def add_incident(self, incident: Incident) -> None:
+        self._reach()
+        super().add_incident(incident)
 
 
 def test_a_key_claimed_elsewhere_during_an_outage_is_reported_on_recovery() -> None:
@@ -191,3 +213,126 @@ def test_a_key_claimed_before_an_outage_is_not_lost_during_it() -> None:
     assert not primary.acquire("t1", "pay:A-1", 30, "other")
     store.release("t1", "pay:A-1", "me")
     assert primary.acquire("t1", "pay:A-1", 30, "other")
+
+
+def test_claiming_again_with_a_shorter_ttl_is_renewed_at_the_shorter_pace() -> None:
+    primary = MemoryStore()
+    store = DegradingStore(primary)
+    assert store.acquire("t1", "tok", 30, "me")
+    assert store.acquire("t1", "tok", 0.6, "me")  # claimed again, for less
+    time.sleep(1.5)
+    assert not primary.acquire("t1", "tok", 30, "other")
+    store.release("t1", "tok", "me")
+
+
+def test_a_key_is_renewed_for_at_most_max_hold_seconds(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    """A hung attempt does not hold its action for the life of the process."""
+    primary = MemoryStore()
+    store = DegradingStore(primary)
+    keeper = store.key_locks.keeper
+    keeper.max_hold = 0.5
+    assert store.acquire("t1", "tok", 0.3, "me")
+    time.sleep(1.2)  # renewed until 0.5 s, then its TTL ran out
+    assert keeper.held == 0 and keeper.lost == 0
+    assert "no longer renewed" in caplog.text
+    assert primary.acquire("t1", "tok", 30, "other")
+
+
+def test_closing_the_store_stops_the_renewals() -> None:
+    store = DegradingStore(MemoryStore())
+    store.acquire("t1", "tok", 30, "me")
+    store.close()
+    assert store.key_locks.keeper.held == 0
+
+
+def test_a_forked_child_keeps_its_own_keys() -> None:
+    """The parent's keeper thread does not exist in a forked child: the child starts its
+    own, for its own keys only."""
+    import os
+
+    primary = MemoryStore()
+    store = DegradingStore(primary)
+    keeper = store.key_locks.keeper
+    store.acquire("t1", "parent", 30, "P")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = False
+        try:
+            store.acquire("t1", "child", 0.6, "C")
+            time.sleep(1.5)
+            ok = (not primary.acquire("t1", "child", 30, "other") and keeper.held == 1
+                  and keeper._thread is not None and keeper._thread.is_alive())
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
+    assert keeper.held == 1  # the parent's own key, still kept here
+    store.release("t1", "parent", "P")
+
+
+class _Wrapped:
+    """An instrumentation proxy: every method forwarded with ``*args, **kwargs``."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        if not callable(method):
+            return method
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+        return forward
+
+
+def test_a_forwarding_proxy_is_taken_for_the_current_protocol() -> None:
+    inner = MemoryStore()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store = DegradingStore(_Wrapped(inner))  # type: ignore[arg-type]
+    assert store.acquire("t1", "tok", 30, "me")
+    store.release("t1", "tok", "someone-else")
+    assert not inner.acquire("t1", "tok", 30, "other")
+    store.release("t1", "tok", "me")
+    assert inner.acquire("t1", "tok", 30, "other")
+
+
+def test_an_earlier_protocol_write_back_retried_reports_no_conflict() -> None:
+    """Write-back failing after the keys reached the primary is retried; a store on the
+    earlier protocol cannot tell that repeat claim from another worker's, so no conflict is
+    reported for it."""
+
+    class Earlier(_Flaky):
+        fail_ledger = False
+
+        def acquire(self, task: str, token: str, ttl: float) -> bool:  # type: ignore[override]
+            return super().acquire(task, token, ttl)
+
+        def release(self, task: str, token: str) -> None:  # type: ignore[override]
+            super().release(task, token)
+
+        def put_ledger(self, entry: LedgerEntry) -> None:
+            self._reach()
+            if self.fail_ledger:
+                self.fail_ledger = False
+                raise ConnectionError("down again")
+            super().put_ledger(entry)
+
+    primary = Earlier()
+    with pytest.warns(DeprecationWarning, match="earlier KeyLocks protocol"):
+        store = DegradingStore(primary, retry_after=0.0)
+    primary.down = True
+    store.acquire("t1", "tok", 30, "me")
+    store.put_ledger(LedgerEntry(call_id="c1", task="t1", tool="pay", fingerprint="fp",
+                                 idempotency_key="tok", args={}, effect=Outcome.UNKNOWN))
+    primary.down, primary.fail_ledger = False, True
+    store.ledger("t1")  # recovery fails after the key reached the primary
+    store.ledger("t1")  # and is retried
+    assert not store.degraded
+    assert IncidentKind.KEY_CONFLICT not in [i.kind for i in primary.incidents("t1")]
