@@ -86,6 +86,19 @@ _PRUNE = (
     "DELETE FROM incidents WHERE updated < :cutoff",
 )
 
+# An idempotency key: claimed when free, expired, or held by the same (named) holder.
+_ACQUIRE_KEY = (
+    "INSERT INTO held (task, token, expires, holder) VALUES (:task, :token, :expires, :holder) "
+    "ON CONFLICT (task, token) DO UPDATE SET expires = excluded.expires, "
+    "holder = excluded.holder "
+    "WHERE held.expires <= :now OR (:holder != '' AND held.holder = :holder) RETURNING expires"
+)
+# Extended only while its holder holds it, unexpired.
+_EXTEND_KEY = (
+    "UPDATE held SET expires = :expires WHERE task = :task AND token = :token "
+    "AND holder = :holder AND expires > :now RETURNING expires"
+)
+
 # Expired reservations and idempotency keys (wall clock, like every row's ``updated``).
 _EXPIRE = (
     "DELETE FROM held WHERE expires < :now",
@@ -432,19 +445,7 @@ class SQLiteStore:
 
     # -- idempotency keys -------------------------------------------------------------
     def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
-        now = time.time()
-        with self._write() as db:
-            row = db.execute(
-                "INSERT INTO held (task, token, expires, holder) "
-                "VALUES (:task, :token, :expires, :holder) "
-                "ON CONFLICT (task, token) DO UPDATE SET expires = excluded.expires, "
-                "holder = excluded.holder "
-                "WHERE held.expires <= :now OR (:holder != '' AND held.holder = :holder) "
-                "RETURNING expires",
-                {"task": task, "token": token, "expires": now + ttl, "now": now,
-                 "holder": holder},
-            ).fetchone()
-            return row is not None
+        return self._held_for(_ACQUIRE_KEY, task, token, ttl, holder)
 
     def release(self, task: str, token: str, holder: str = "") -> None:
         with self._write() as db:
@@ -453,14 +454,15 @@ class SQLiteStore:
                        {"task": task, "token": token, "holder": holder})
 
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        return self._held_for(_EXTEND_KEY, task, token, ttl, holder)
+
+    def _held_for(self, statement: str, task: str, token: str, ttl: float, holder: str
+                  ) -> bool:
+        """Run a key's claim or extension; whether ``holder`` holds it for ``ttl`` now."""
         now = time.time()
         with self._write() as db:
-            row = db.execute(
-                "UPDATE held SET expires = :expires WHERE task = :task AND token = :token "
-                "AND holder = :holder AND expires > :now RETURNING expires",
-                {"task": task, "token": token, "expires": now + ttl, "now": now,
-                 "holder": holder},
-            ).fetchone()
+            row = db.execute(statement, {"task": task, "token": token, "expires": now + ttl,
+                                         "now": now, "holder": holder}).fetchone()
             return row is not None
 
     # -- ledger and incidents ---------------------------------------------------------
