@@ -336,3 +336,16 @@ def test_an_earlier_protocol_write_back_retried_reports_no_conflict() -> None:
     store.ledger("t1")  # and is retried
     assert not store.degraded
     assert IncidentKind.KEY_CONFLICT not in [i.kind for i in primary.incidents("t1")]
+
+
+def test_the_keeper_renews_keys_in_every_store(make_store: Any) -> None:
+    """Renewals run on the keeper's own thread: each store's handle must serve it there."""
+    primary = make_store()
+    other = make_store()  # another worker's handle on the same state
+    store = DegradingStore(primary)
+    assert store.acquire("t1", "pay:A-1", 0.6, "me")
+    time.sleep(1.5)
+    assert not other.acquire("t1", "pay:A-1", 30, "another-worker")
+    assert store.key_locks.keeper.lost == 0
+    store.release("t1", "pay:A-1", "me")
+    assert other.acquire("t1", "pay:A-1", 30, "another-worker")
