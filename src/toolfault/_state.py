@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
@@ -200,6 +201,23 @@ _new_tuple = tuple.__new__
 _SWEEP_SECONDS = 1.0
 
 
+class _ForkAware(Protocol):
+    def _after_fork(self) -> None: ...
+
+
+#: Objects whose locks a thread may hold at a fork (the key keeper's own thread renews keys
+#: through both): each gets fresh locks in the child, as ``logging`` does for its handlers.
+_LOCKED_AT_FORK: weakref.WeakSet[_ForkAware] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for owner in list(_LOCKED_AT_FORK):
+        owner._after_fork()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 class _Aging(Protocol):
     """A task or turn as eviction sees it: last use, and last use when placed in order."""
 
@@ -295,6 +313,7 @@ class MemoryStore:
         self.max_tasks = max_tasks
         self.max_turns = max_turns
         self._lock = threading.Lock()
+        _LOCKED_AT_FORK.add(self)
         # In the order they were last placed; a use only stamps ``used`` (no reordering on
         # the hot path): the sweep gives an entry used since it was placed a second chance
         # (moves it to the end) before it may evict it - LRU by the clock algorithm.
@@ -311,6 +330,11 @@ class MemoryStore:
                                                        float | None]] = ((), (None, None, None))
 
     _SWEEP_EVERY = 64
+
+    def _after_fork(self) -> None:
+        """In a forked child: a lock another thread held at the fork is never released
+        there, so the child starts with a fresh one (the counters are copied as they were)."""
+        self._lock = threading.Lock()
 
     # -- counters -----------------------------------------------------------------------
     def admit(self, request: AdmissionRequest) -> Admission:
@@ -834,16 +858,20 @@ class KeyKeeper:
         self._keys: dict[tuple[str, str, str], list[float]] = {}
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
         #: Keys found lost at renewal (for tests and operators).
         self.lost = 0
+        _LOCKED_AT_FORK.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's thread and keys are not ours, and the parent's
+        thread may have held the condition's lock at the fork (it would never be released)."""
+        self._changed = threading.Condition()
+        self._thread, self._keys = None, {}
 
     def hold(self, task: str, token: str, holder: str, ttl: float) -> None:
         """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds)."""
         now = time.monotonic()
         with self._changed:
-            if os.getpid() != self._pid:  # forked: the parent's thread and keys are not ours
-                self._pid, self._thread, self._keys = os.getpid(), None, {}
             kept = self._keys.get((task, token, holder))
             until = kept[2] if kept is not None else now + self.max_hold
             self._keys[(task, token, holder)] = [ttl, now + ttl / 3, until]
