@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -360,3 +361,46 @@ def test_a_span_names_the_mode_only_when_it_is_not_the_default(
     assert enforced.attributes is not None and "toolfault.mode" not in enforced.attributes
     assert observed.attributes is not None and observed.attributes["toolfault.mode"] == "observe"
     assert shaped.attributes is not None and shaped.attributes["toolfault.mode"] == "shape"
+
+
+def test_a_child_forked_while_the_sink_was_locked_still_writes(tmp_path: Path) -> None:
+    """A thread of the parent (its flush timer, another call) held the sink's lock at the
+    fork: the child's copy of that lock would never be released, so the child gets a fresh
+    one and writes its own lines."""
+    import os
+    import select
+    import signal
+
+    from toolfault._trace import JsonlSink
+
+    path = tmp_path / "trace.jsonl"
+    sink = JsonlSink(path, flush_interval=0)
+    held, done = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with sink._lock:
+            held.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    held.wait(5)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            sink.write({"type": "incident", "from": "child"})
+        finally:
+            os.write(write, b"1")
+            os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 10)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    os.close(read)
+    done.set()
+    holder.join()
+    sink.close()
+    assert ready, "the child hung on the sink's lock"
+    assert '"from": "child"' in path.read_text()

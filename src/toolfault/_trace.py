@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import threading
 import weakref
@@ -401,6 +402,17 @@ _OPEN_SINKS: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
 
 def _flush_at_exit(sink: JsonlSink) -> None:
     _OPEN_SINKS.add(sink)
+
+
+def _sinks_after_fork() -> None:
+    """In a forked child: the parent's flush timer is gone, and it may have held a sink's
+    lock at the fork (never released there); each sink gets a fresh lock and no timer."""
+    for sink in list(_OPEN_SINKS):
+        sink._lock = threading.Lock()
+        sink._timer = None
+
+
+os.register_at_fork(after_in_child=_sinks_after_fork)
 
 
 @atexit.register
