@@ -131,7 +131,7 @@ def test_meaningful_change_gets_its_own_counter_and_success_resets() -> None:
     assert not other.terminal and other.code == "invalid_argument"
     ok = guard.call("search_flights", {**BAD, "max_price": 300})
     assert ok.ok and ok.data == [{"flight": "UA1", "price": 300}]
-    assert ok.text == json.dumps([{"flight": "UA1", "price": 300}])
+    assert ok.text == json.dumps([{"flight": "UA1", "price": 300}], separators=(",", ":"))
     assert calls["search_flights"] == 4
 
 

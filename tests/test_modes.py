@@ -49,7 +49,7 @@ def test_observe_changes_nothing_the_model_sees(tmp_path: Path) -> None:
     assert ran["search"] == 4
     assert guard.call("flaky", {"x": 1}).text == "Error: ConnectionError: reset"
     assert ran["flaky"] == 1
-    assert guard.call("legacy", {"order": "o1"}).text == '{"error": "order not found"}'
+    assert guard.call("legacy", {"order": "o1"}).text == '{"error":"order not found"}'
     typed = guard.call("search", {"max_price": "cheap"})
     assert ran["search"] == 5 and not typed.text.startswith("search failed")
     guard.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,3 +42,70 @@ def test_a_redaction_that_swallows_the_join_falls_back_to_two_passes() -> None:
     assert said == "call it again" and "abc" not in reason
     assert _PAIR not in reason + said
 
+
+
+# -- a success's text ------------------------------------------------------------------
+def _success_text(value: object) -> str:
+    from toolfault import Guard
+
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def give() -> object:
+        """Return the value under test."""
+        return value
+
+    result = guard.call("give", {})
+    assert result.ok, result.text
+    return result.text
+
+
+def test_a_success_is_compact_json_that_parses_back_to_the_value() -> None:
+    value = {"origin": "SFO", "price": 420.5, "tiny": 1e-7, "huge": 10**30, "stops": [0, 1],
+             "name": "Zürich ✈", "ok": True, "none": None, "line": "a\nb\t\"q\""}
+    text = _success_text(value)
+    assert ", " not in text.replace("\", \"", "") and "\": " not in text
+    assert json.loads(text) == value
+
+
+def test_values_json_lacks_are_written_readably() -> None:
+    import dataclasses
+    import datetime
+    import enum
+
+    from pydantic import BaseModel
+
+    class Cabin(enum.Enum):
+        ECONOMY = "economy"
+
+    @dataclasses.dataclass
+    class Seat:
+        row: int
+
+    class Fare(BaseModel):
+        amount: float
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque thing"
+
+    text = _success_text({"cabin": Cabin.ECONOMY, "seat": Seat(3), "fare": Fare(amount=9.5),
+                          "at": datetime.date(2026, 12, 4), "tags": ("a", "b"),
+                          "thing": Opaque()})
+    assert json.loads(text) == {"cabin": "economy", "seat": {"row": 3}, "fare": {"amount": 9.5},
+                                "at": "2026-12-04", "tags": ["a", "b"], "thing": "opaque thing"}
+
+
+def test_what_the_fast_encoder_refuses_is_still_answered() -> None:
+    """Lone surrogates, cycles and absurd depth: pydantic-core refuses them; the standard
+    library's encoder (or the value's ``str``) answers, and the call still succeeds."""
+    assert json.loads(_success_text({"s": "\ud800x"})) == {"s": "\ud800x"}
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    assert _success_text(cyclic) == "[[...]]"
+    deep: list[object] = []
+    node = deep
+    for _ in range(5000):
+        node.append([])
+        node = node[0]  # type: ignore[assignment]
+    assert _success_text(deep).startswith("[[[[")  # a bounded sketch, not a crash

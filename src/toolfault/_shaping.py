@@ -11,9 +11,12 @@ import itertools
 import json
 import logging
 import re
+import reprlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pydantic_core import to_json as _to_json
 
 from toolfault._call import _Call
 from toolfault._catalog import fill
@@ -312,12 +315,11 @@ class Shaper:
             return "null", None
         else:
             try:
-                text = "".join(_encode_chunks(value, 0))  # not a str: no wrapper frame
-            except (TypeError, ValueError, RecursionError):
-                try:
-                    text = json.dumps(value, ensure_ascii=False, default=_json_default)
-                except (TypeError, ValueError):
-                    text = str(value)
+                # Compact JSON (fewer tokens for the model), by pydantic-core's encoder:
+                # about a third of the standard library's time on a tool's result.
+                text = _to_json(value, fallback=_json_default).decode()
+            except (ValueError, RecursionError, UnicodeDecodeError):
+                text = _standard_json(value)
         clean = self._g.redactor.secrets(text)
         if clean == text:
             return text, value
@@ -338,7 +340,23 @@ def _display_name(name: str) -> str:
     cleaned = _NAME_JUNK.sub("_", name)[:64].strip("_")
     return cleaned or "unnamed_tool"
 
-_encode_chunks = prebuilt_chunks(sort_keys=False, separators=(", ", ": "), allow_nan=True)
+_encode_chunks = prebuilt_chunks(sort_keys=False, separators=(",", ":"), allow_nan=True)
+
+
+def _standard_json(value: Any) -> str:
+    """What pydantic-core refused (lone surrogates, cycles, absurd depth), by the standard
+    library's rules, or the value's ``str``."""
+    try:
+        return "".join(_encode_chunks(value, 0))
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                              default=_json_default)
+        except (TypeError, ValueError, RecursionError):
+            try:
+                return str(value)
+            except RecursionError:  # nested past any printer's depth: a bounded sketch
+                return reprlib.repr(value)
 
 
 def _render(tool: str, failure: Failure, reason: str, args_text: str, next_action: str

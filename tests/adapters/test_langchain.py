@@ -218,7 +218,7 @@ def test_direct_invoke_with_a_dict_returns_text_and_with_a_tool_call_a_message(
     assert message.tool_call_id == "x1"
     assert TERMINAL in str(message.content)  # the same call again: counted across both forms
     assert search.invoke({"origin": "SFO", "max_price": 9}) == \
-        '{"origin": "SFO", "flights": ["TF100"]}'
+        '{"origin":"SFO","flights":["TF100"]}'
 
 
 def test_langchain_tools_picks_names_in_order_and_rejects_unknown_ones(tools: Tools) -> None:
