@@ -163,3 +163,46 @@ def test_a_fingerprint_hashes_the_walks_canonical_text(args: dict[str, Any]) -> 
     else:
         with pytest.raises((ValueError, TypeError, RecursionError)):
             fingerprint("t", args)
+
+
+_json_leaves = (st.none() | st.booleans() | st.integers() | _texts | st.text(max_size=6)
+                | st.floats(allow_nan=False, allow_infinity=False)
+                | st.sampled_from([1.0, -0.0, 0.0, 1e16, 1e22, 5e-324, 2.5, 1e-5, 9.99e-5,
+                                   1e-4, 0.00012, 1.5e15, 123456789012345.6, -1e-7]))
+_json_values = st.recursive(
+    _json_leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_texts, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.dictionaries(_texts | st.text(max_size=6), _json_values, max_size=6))
+def test_json_values_get_the_fingerprint_of_the_walk(args: dict[str, Any]) -> None:
+    """fingerprint_json_values (pydantic-core's encoder, for JSON's own types) gives exactly
+    fingerprint()'s hex: control characters and every escape, tiny and huge floats, integral
+    floats, NFC or not, nested objects, surrogates; it raises where fingerprint() raises."""
+    from toolfault._fingerprint import fingerprint_json_values
+
+    try:
+        expected: Any = fingerprint("t", args)
+    except (ValueError, TypeError, RecursionError) as exc:
+        expected = type(exc)
+    try:
+        got: Any = fingerprint_json_values("t", args)
+    except (ValueError, TypeError, RecursionError) as exc:
+        got = type(exc)
+    assert got == expected
+
+
+def test_json_values_as_a_model_sends_them_take_the_fast_encoder() -> None:
+    """The usual arguments are written by pydantic-core (no fall-back to the walk)."""
+    from unittest import mock
+
+    import toolfault._fingerprint as fp_module
+
+    args = {"origin": "SFO", "max_stops": 1, "max_price": 420.5, "airlines": ["UA", "AA"],
+            "cabin": "economy", "note": "Zürich"}
+    with mock.patch.object(fp_module, "fingerprint", side_effect=AssertionError("slow path")):
+        got = fp_module.fingerprint_json_values("search_flights", args)
+    assert got == fingerprint("search_flights", args)

@@ -13,6 +13,8 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic_core import to_json as _to_json
+
 from toolfault._jsontext import prebuilt_encoder
 
 Normalizer = Callable[[Any], Any]
@@ -215,3 +217,31 @@ def fingerprint(
     if len(canonical) > MAX_CANONICAL_BYTES:
         raise ValueError(f"arguments are too large ({len(canonical)} characters)")
     return hashlib.sha256(f"{tool}\x00{canonical}".encode()).hexdigest()
+
+
+def fingerprint_json_values(tool: str, args: dict[str, Any]) -> str:
+    """:func:`fingerprint` of arguments made of JSON's own types only (exact ``dict``,
+    ``list``, ``str``, ``int``, finite ``float``, ``bool``, ``None``, as a JSON parser makes
+    them), without normalizers: the same hex, sooner.
+
+    pydantic-core writes the sorted arguments (about a third of the standard encoder's time)
+    where its text is the canonical text byte for byte: the same string escapes for every
+    character, the same float spelling but below 1e-4 (``0.00001`` and ``1e-7`` where Python
+    writes ``1e-05`` and ``1e-07``).  Anything else goes to :func:`fingerprint`: a nested
+    object (its keys are not sorted here), an integral float or any float below 1e-4 (looked
+    for in the text, so a string that merely looks like one costs the slow path, never a
+    wrong hash), text that is not NFC, and what pydantic-core refuses (lone surrogates).
+    """
+    try:
+        raw = _to_json({key: args[key] for key in sorted(args)})
+    except (ValueError, TypeError):
+        return fingerprint(tool, args)
+    text = raw.decode()  # str searches are several times cheaper than bytes ones
+    if (text.find("{", 1) != -1 or "e-" in text or "e+" in text
+            or (".0" in text and (".0," in text or ".0]" in text or ".0}" in text
+                                 or "0.0000" in text))
+            or len(raw) > MAX_CANONICAL_BYTES):
+        return fingerprint(tool, args)
+    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        return fingerprint(tool, args)
+    return hashlib.sha256(tool.encode() + b"\x00" + raw).hexdigest()

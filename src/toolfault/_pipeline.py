@@ -34,7 +34,7 @@ from toolfault._admission import CallKey, LazyFingerprint
 from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Raised, _Value
 from toolfault._classify import Failure, from_entry, from_exception
 from toolfault._errors import FailureClass, Outcome, StateUnavailableError
-from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint
+from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint, fingerprint_json_values
 from toolfault._message import echo_args
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult, new_result
@@ -500,8 +500,10 @@ class _Deferred(LazyFingerprint):
 
 
 def _fingerprint_of(spec: ToolSpec, args: dict[str, Any]) -> str:
+    """A deferred call's fingerprint: its arguments are JSON's own types (parsed from JSON
+    text, or checked by ``_plain``) and its tool has no normalizers (see ``admit``)."""
     try:
-        return fingerprint(spec.name, args, spec.normalizers)
+        return fingerprint_json_values(spec.name, args)
     except (ValueError, TypeError, RecursionError):
         # Not reachable for arguments _plain accepted; a store must never see a raise.
         basis = echo_args(args)
