@@ -404,3 +404,36 @@ def test_a_child_forked_while_the_sink_was_locked_still_writes(tmp_path: Path) -
     sink.close()
     assert ready, "the child hung on the sink's lock"
     assert '"from": "child"' in path.read_text()
+
+
+@settings(max_examples=300, deadline=None)
+@given(tool=st.text(max_size=8), call_id=st.text(max_size=8), task=st.text(max_size=8),
+       turn=st.integers() | st.booleans(), attempts=st.integers(1, 3),
+       dispatched=st.booleans(), error_tokens=st.integers(0, 2), side_effect=st.booleans(),
+       shadow=st.none() | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+       args=_values, duration=st.integers(0, 10**9), at=st.integers(0, 2 * 10**15))
+def test_a_success_line_is_json_dumps_of_the_record(
+        tool: str, call_id: str, task: str, turn: int, attempts: int, dispatched: bool,
+        error_tokens: int, side_effect: bool, shadow: dict[str, int] | None, args: object,
+        duration: int, at: int) -> None:
+    """A success's call line, the usual one written from constants included, is exactly
+    json.dumps of its record (ids, numbers and clocks as given)."""
+    from toolfault._result import new_result
+    from toolfault._trace import call_line, micros
+
+    result = new_result(tool, True, "{}", {}, attempts, call_id, None, "ab" * 32)
+    args_text = json.dumps(args, ensure_ascii=False, default=str)
+    line = call_line(lambda text: text, tool, call_id, task, turn, "ab" * 32, result,
+                     dispatched, error_tokens, "enforce", args_text, side_effect,
+                     micros(duration), shadow, micros(at))
+    expected = {
+        "tool": tool, "call_id": call_id, "task": task, "turn": turn, "fingerprint": "ab" * 32,
+        "ok": True, "code": None, "outcome": "none", "terminal": False, "blocked": False,
+        "attempts": attempts, "dispatched": dispatched, "error_tokens": error_tokens,
+        "mode": "enforce", "args": "\0args", "side_effect": side_effect,
+        "duration_s": "\0duration", "shadow": shadow or {}, "at": "\0at", "type": "call"}
+    # Text placeholders (json writes NUL as \u0000, which no generated text spells out).
+    written = json.dumps(expected, ensure_ascii=False).replace(
+        '"\\u0000args"', args_text).replace('"\\u0000duration"', micros(duration)).replace(
+        '"\\u0000at"', micros(at))
+    assert line == written

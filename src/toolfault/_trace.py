@@ -208,6 +208,16 @@ def _line_text(tool: str, call_id: str, task: str, turn: Any, fingerprint: Any, 
     instead of an encoder walk over a record (the C encoder spends more on a 20-field dict
     than the fields cost)."""
     if getattr(done, "failure", False) is None and done.ok is True:
+        if (done.attempts == 1 and dispatched is True and error_tokens == 0
+                and side_effect is False and not shadow and type(turn) is int
+                and type(fingerprint) is str):
+            # The usual line: a first-attempt success of a tool without side effects, its
+            # fixed fields written as constants (the general line, with a third of its work).
+            return (f'{{"tool": {tool}, "call_id": {call_id}, "task": {task}, "turn": {turn}, '
+                    f'"fingerprint": {_quote(fingerprint)}, {_SUCCEEDED}, "attempts": 1, '
+                    f'"dispatched": true, "error_tokens": 0, "mode": {mode}, "args": {args}, '
+                    f'"side_effect": false, "duration_s": {duration_s}, "shadow": {{}}, '
+                    f'"at": {at}, "type": "call"}}')
         ended = _SUCCEEDED  # a ToolResult's success: every one of these is fixed
     else:
         ended = (f'"ok": {_json(done.ok)}, "code": {code}, '
@@ -254,8 +264,7 @@ def micros(count: int) -> str:
     shortest repr costs several times as much): ``1500`` is ``0.001500``."""
     if count < 0:
         return f"-{micros(-count)}"
-    seconds, fraction = divmod(count, 1_000_000)
-    return f"{seconds}.{fraction:06d}"
+    return "%d.%06d" % divmod(count, 1_000_000)  # noqa: UP031 - a third cheaper than f"{...:06d}"
 
 
 class CallObserver(Protocol):
