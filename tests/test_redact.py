@@ -383,7 +383,8 @@ def test_the_skeleton_drops_the_same_whitespace_as_the_separator_pattern() -> No
 
 _SHAPE_PIECES = st.sampled_from([
     "sk-", "sk-proj-", "abcdefghijklmnopqrstuvwxyz", "AKIA", "ASIA", "IOSFODNN7EXAMPLE0123",
-    "eyJ", "eyJhbGciOi", ".", "Bearer ", "bEaReR\t", "ghp_", "gho_", "xoxb-", "token=",
+    "eyJ", "eyJhbGciOi", ".", "Bearer ", "bEaReR\t", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+    "gh", "hp_", "g", "xoxb-", "token=",
     "-----BEGIN RSA PRIVATE KEY-----", "_", "-", "=", "IA", " ", "x", "0",
 ])
 

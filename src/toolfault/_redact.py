@@ -63,14 +63,15 @@ _VERBATIM_BRACKETS = 63
 
 def _may_hold_secret(text: str) -> bool:
     """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
-    # Single characters first (a fast scan): "-" is in sk-, xox…- and -----BEGIN, "_" in every
-    # gh?_ token, "IA" in AKIA and ASIA; the longer literals are looked for only after them.
+    # Single characters first (a fast scan): "-" is in sk-, xox…- and -----BEGIN, "_" and "gh"
+    # in every gh?_ token, "IA" in AKIA and ASIA; the longer literals only after them.
     return (
         "=" in text or "eyJ" in text
         or ("-" in text and ("sk-" in text or "xox" in text or "-----BEGIN" in text))
         or ("IA" in text and ("AKIA" in text or "ASIA" in text))
-        or ("_" in text and ("hp_" in text or "ho_" in text or "hu_" in text
-                             or "hs_" in text or "hr_" in text))
+        or ("_" in text and "gh" in text and ("ghp_" in text or "gho_" in text
+                                               or "ghu_" in text or "ghs_" in text
+                                               or "ghr_" in text))
         or "bearer" in text.lower()
     )
 
