@@ -129,7 +129,7 @@ def test_a_span_covers_the_call_and_a_success_carries_no_failure_fields(
     assert span.start_time is not None and span.end_time is not None
     assert span.end_time - span.start_time >= 15_000_000  # ns: the 20 ms the tool slept
     assert span.attributes is not None
-    assert span.attributes["toolfault.attempts"] == 1
+    assert "toolfault.attempts" not in span.attributes  # absent: one attempt
     assert len(str(span.attributes["toolfault.fingerprint"])) == 64
     for failure_only in ("toolfault.terminal", "toolfault.blocked", "toolfault.outcome",
                          "error.type"):
@@ -437,3 +437,23 @@ def test_a_success_line_is_json_dumps_of_the_record(
         '"\\u0000args"', args_text).replace('"\\u0000duration"', micros(duration)).replace(
         '"\\u0000at"', micros(at))
     assert line == written
+
+
+def test_a_retried_call_says_how_many_attempts_it_took(exporter: InMemorySpanExporter) -> None:
+    from toolfault import Backoff, Limits
+
+    guard = Guard(scan_env_secrets=False,
+                  limits=Limits(backoff=Backoff(attempts=3, initial=0.0, maximum=0.0,
+                                                jitter=0.0)))
+    tries = {"n": 0}
+
+    @guard.tool
+    def flaky(n: int) -> int:
+        tries["n"] += 1
+        if tries["n"] < 3:
+            raise ConnectionError("reset")
+        return n
+
+    assert guard.call("flaky", {"n": 1}).ok
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None and span.attributes["toolfault.attempts"] == 3

@@ -39,8 +39,9 @@ class Emitter:
                 result = g._shaper.seal(result)
             # No observer, and no tracer provider (none can exist before OpenTelemetry's API
             # is imported): nothing more to do, decided without a call.
-            if g._observers or (_trace._OTEL in sys.modules and _trace.tracing_active()):
-                self._publish(call, result)
+            tracing = _trace._OTEL in sys.modules and _trace.tracing_active()
+            if tracing or g._observers:
+                self._publish(call, result, tracing)
             return result
         except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
             try:
@@ -48,11 +49,12 @@ class Emitter:
             except Exception:  # noqa: BLE001
                 return result
 
-    def _publish(self, call: _Call, result: ToolResult) -> None:
-        """The span, the observers and the trace line of a sealed result."""
+    def _publish(self, call: _Call, result: ToolResult, tracing: bool) -> None:
+        """The span (when ``tracing``), the observers and the trace line of a sealed
+        result."""
         g = self._g
         now, duration = time.time(), time.monotonic() - call.started
-        if _trace.tracing_active():
+        if tracing:
             self._span(call, result, now, duration)
         if g._observers:
             self._notify(call, result, now, duration)

@@ -492,7 +492,8 @@ def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: 
     span is back-dated to cover the call (``at - duration_s`` to ``at``).  The SDK checks
     each attribute (about a microsecond apiece), so a span carries only what says something
     about its call: ``toolfault.outcome``, ``.terminal`` and ``.blocked`` describe failures
-    and are set on failed calls only (absent means ``false``), and ``toolfault.mode`` is set
+    and are set on failed calls only (absent means ``false``), ``toolfault.attempts`` only
+    when it is not 1 (absent means one attempt), and ``toolfault.mode`` is set
     only when it is not the default (absent means ``enforce``).  No event is needed: a guard
     with no observers builds none.
     """
@@ -502,8 +503,10 @@ def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: 
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
         "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function",
-        "toolfault.fingerprint": fingerprint, "toolfault.attempts": attempts,
+        "toolfault.fingerprint": fingerprint,
     }
+    if attempts != 1:  # retried (or refused before any attempt): absent means one attempt
+        attributes["toolfault.attempts"] = attempts
     if mode != DEFAULT_MODE:
         attributes["toolfault.mode"] = mode
     if budget:
