@@ -206,3 +206,16 @@ def test_json_values_as_a_model_sends_them_take_the_fast_encoder() -> None:
     with mock.patch.object(fp_module, "fingerprint", side_effect=AssertionError("slow path")):
         got = fp_module.fingerprint_json_values("search_flights", args)
     assert got == fingerprint("search_flights", args)
+
+
+def test_an_infinity_a_json_parser_made_is_refused_as_by_the_walk() -> None:
+    """``1e400`` parses to infinity: both fingerprints refuse it (ValueError)."""
+    from pydantic_core import from_json
+
+    from toolfault._fingerprint import fingerprint_json_values
+
+    args = from_json('{"x": 1e400, "y": [-1e400]}', allow_inf_nan=False)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        fingerprint("t", args)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        fingerprint_json_values("t", args)

@@ -109,3 +109,13 @@ def test_what_the_fast_encoder_refuses_is_still_answered() -> None:
         node.append([])
         node = node[0]  # type: ignore[assignment]
     assert _success_text(deep).startswith("[[[[")  # a bounded sketch, not a crash
+
+
+def test_a_model_result_keeps_its_field_names() -> None:
+    """A pydantic model is written by field name (as ``model_dump(mode="json")``), not alias."""
+    from pydantic import BaseModel, Field
+
+    class Flight(BaseModel):
+        flight_no: str = Field(alias="flightNo")
+
+    assert json.loads(_success_text(Flight(flightNo="UA1"))) == {"flight_no": "UA1"}

@@ -457,3 +457,27 @@ def test_a_retried_call_says_how_many_attempts_it_took(exporter: InMemorySpanExp
     assert guard.call("flaky", {"n": 1}).ok
     (span,) = exporter.get_finished_spans()
     assert span.attributes is not None and span.attributes["toolfault.attempts"] == 3
+
+
+def test_a_forked_child_never_writes_the_parents_lines_again(tmp_path: Path) -> None:
+    """Lines buffered in the parent at a fork are flushed before it: the child's buffer
+    starts empty, so its own flush writes only its own line."""
+    import os
+
+    from toolfault._trace import JsonlSink
+
+    path = tmp_path / "trace.jsonl"
+    sink = JsonlSink(path, flush_interval=60)
+    for i in range(3):
+        sink.write({"type": "call", "n": i})  # buffered: no flush for a minute
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            sink.write({"type": "call", "n": "child"})
+            sink.flush()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    sink.close()
+    written = [json.loads(line)["n"] for line in path.read_text().splitlines()]
+    assert sorted(map(str, written)) == ["0", "1", "2", "child"]

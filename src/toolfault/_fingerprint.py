@@ -228,16 +228,17 @@ def fingerprint_json_values(tool: str, args: dict[str, Any]) -> str:
     where its text is the canonical text byte for byte: the same string escapes for every
     character, the same float spelling but below 1e-4 (``0.00001`` and ``1e-7`` where Python
     writes ``1e-05`` and ``1e-07``).  Anything else goes to :func:`fingerprint`: a nested
-    object (its keys are not sorted here), an integral float or any float below 1e-4 (looked
-    for in the text, so a string that merely looks like one costs the slow path, never a
-    wrong hash), text that is not NFC, and what pydantic-core refuses (lone surrogates).
+    object (its keys are not sorted here), an integral float, any float below 1e-4 and an
+    infinity (a JSON parser makes one of ``1e400``; looked for in the text, so a string that
+    merely looks like one costs the slow path, never a wrong hash), text that is not NFC,
+    and what pydantic-core refuses (lone surrogates).
     """
     try:
         raw = _to_json({key: args[key] for key in sorted(args)})
     except (ValueError, TypeError):
         return fingerprint(tool, args)
     text = raw.decode()  # str searches are several times cheaper than bytes ones
-    if (text.find("{", 1) != -1 or "e-" in text or "e+" in text
+    if (text.find("{", 1) != -1 or "e-" in text or "e+" in text or "Infinity" in text
             or (".0" in text and (".0," in text or ".0]" in text or ".0}" in text
                                  or "0.0000" in text))
             or len(raw) > MAX_CANONICAL_BYTES):

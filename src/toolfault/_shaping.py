@@ -317,7 +317,7 @@ class Shaper:
             try:
                 # Compact JSON (fewer tokens for the model), by pydantic-core's encoder:
                 # about a third of the standard library's time on a tool's result.
-                text = _to_json(value, fallback=_json_default).decode()
+                text = _to_json(value, by_alias=False, fallback=_json_default).decode()
             except (ValueError, RecursionError, UnicodeDecodeError):
                 text = _standard_json(value)
         clean = self._g.redactor.secrets(text)

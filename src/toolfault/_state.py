@@ -649,6 +649,13 @@ class _Outage:
         self._recovering = threading.Lock()
         #: The primary takes holders (the current :class:`KeyLocks` protocol).
         self.holders = _takes_holders(primary)
+        _LOCKED_AT_FORK.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the key keeper's thread may have been writing back (holding
+        ``_recovering``) at the fork; that thread does not exist here."""
+        self._lock = threading.Lock()
+        self._recovering = threading.Lock()
 
     def acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
         """Claim a key on the primary, with its holder where the primary takes one."""

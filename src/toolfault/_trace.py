@@ -413,15 +413,39 @@ def _flush_at_exit(sink: JsonlSink) -> None:
     _OPEN_SINKS.add(sink)
 
 
-def _sinks_after_fork() -> None:
-    """In a forked child: the parent's flush timer is gone, and it may have held a sink's
-    lock at the fork (never released there); each sink gets a fresh lock and no timer."""
+#: The sinks locked and flushed for a fork in progress (released on both sides after it).
+_FORKING: list[JsonlSink] = []
+
+
+def _sinks_before_fork() -> None:
+    """Before a fork: each open sink locked (no thread is inside its file while the child is
+    copied) and flushed (the child inherits an empty buffer: no line is written twice)."""
+    for sink in list(_OPEN_SINKS):
+        sink._lock.acquire()
+        _FORKING.append(sink)
+        try:
+            if not sink._closed:
+                sink._file.flush()
+        except (OSError, ValueError):  # the user closed their stream: nothing to keep
+            pass
+
+
+def _sinks_after_fork_in_parent() -> None:
+    while _FORKING:
+        _FORKING.pop()._lock.release()
+
+
+def _sinks_after_fork_in_child() -> None:
+    """In a forked child: the parent's flush timer does not exist here; each sink gets a
+    fresh lock (the copied one is held by the fork itself)."""
+    _FORKING.clear()
     for sink in list(_OPEN_SINKS):
         sink._lock = threading.Lock()
         sink._timer = None
 
 
-os.register_at_fork(after_in_child=_sinks_after_fork)
+os.register_at_fork(before=_sinks_before_fork, after_in_parent=_sinks_after_fork_in_parent,
+                    after_in_child=_sinks_after_fork_in_child)
 
 
 @atexit.register

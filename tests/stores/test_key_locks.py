@@ -391,3 +391,41 @@ def test_the_keeper_renews_keys_in_every_store(make_store: Any) -> None:
     assert store.key_locks.keeper.lost == 0
     store.release("t1", "pay:A-1", "me")
     assert other.acquire("t1", "pay:A-1", 30, "another-worker")
+
+
+def test_a_child_forked_during_a_write_back_does_not_deadlock() -> None:
+    """The keeper's thread may be writing an outage's keys back to the primary (holding the
+    outage's locks) at the fork: the child claims keys of its own."""
+    import os
+    import threading
+
+    primary = MemoryStore()
+    store = DegradingStore(primary, retry_after=0.0)
+    outage = store._outage
+    outage.down_since = time.monotonic() - 1  # an outage the next call recovers from
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold_recovering() -> None:
+        with outage._recovering, outage._lock:
+            inside.set()
+            leave.wait(10)
+
+    writer = threading.Thread(target=hold_recovering)
+    writer.start()
+    inside.wait(5)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = False
+        try:
+            ok = store.acquire("t1", "child", 30, "C") and not primary.acquire(
+                "t1", "child", 30, "other")
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    try:
+        assert _answer_within(read, pid, 10.0) == b"1"
+    finally:
+        leave.set()
+        writer.join()

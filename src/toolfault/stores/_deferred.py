@@ -16,13 +16,25 @@ import os
 import threading
 import weakref
 from collections.abc import Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 _T = TypeVar("_T")
 
 
 class _Flushable(Protocol):
     def flush(self) -> None: ...
+
+
+#: Queues whose lock the flushing thread may hold at a fork: fresh in a forked child.
+_LOCKED_AT_FORK: weakref.WeakSet[DeferredSettles[Any]] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for queue in list(_LOCKED_AT_FORK):
+        queue._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class DeferredSettles(Generic[_T]):
@@ -33,6 +45,7 @@ class DeferredSettles(Generic[_T]):
         self.delay = delay
         self._queued: dict[Hashable, list[_T]] = {}
         self._lock = threading.Lock()
+        _LOCKED_AT_FORK.add(self)  # a fresh lock in a forked child (see _reinit_after_fork)
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
