@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -363,46 +362,22 @@ def test_a_span_names_the_mode_only_when_it_is_not_the_default(
     assert shaped.attributes is not None and shaped.attributes["toolfault.mode"] == "shape"
 
 
-def test_a_child_forked_while_the_sink_was_locked_still_writes(tmp_path: Path) -> None:
-    """A thread of the parent (its flush timer, another call) held the sink's lock at the
-    fork: the child's copy of that lock would never be released, so the child gets a fresh
-    one and writes its own lines."""
-    import os
-    import select
-    import signal
-
+def test_a_fork_waits_for_a_sink_another_thread_holds(
+        tmp_path: Path, in_forked_child: Callable[..., bytes]) -> None:
+    """A thread of the parent (its flush timer, another call) held the sink's lock: the fork
+    waits until it is free (no thread is inside the file while the child is copied), and the
+    child, with a fresh lock, writes its own lines."""
     from toolfault._trace import JsonlSink
 
     path = tmp_path / "trace.jsonl"
     sink = JsonlSink(path, flush_interval=0)
-    held, done = threading.Event(), threading.Event()
 
-    def hold_the_lock() -> None:
-        with sink._lock:
-            held.set()
-            done.wait(10)
+    def child() -> bool:
+        sink.write({"type": "incident", "from": "child"})
+        return True
 
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    held.wait(5)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        try:
-            sink.write({"type": "incident", "from": "child"})
-        finally:
-            os.write(write, b"1")
-            os._exit(0)
-    os.close(write)
-    ready, _, _ = select.select([read], [], [], 10)
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    os.close(read)
-    done.set()
-    holder.join()
+    assert in_forked_child(child, holding=[sink._lock], release_after=0.2) == b"1"
     sink.close()
-    assert ready, "the child hung on the sink's lock"
     assert '"from": "child"' in path.read_text()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -246,74 +247,43 @@ def test_closing_the_store_stops_the_renewals() -> None:
     assert store.key_locks.keeper.held == 0
 
 
-def test_a_forked_child_keeps_its_own_keys() -> None:
+def test_a_forked_child_keeps_its_own_keys(in_forked_child: Callable[..., bytes]) -> None:
     """The parent's keeper thread does not exist in a forked child: the child starts its
     own, for its own keys only."""
-    import os
-
     primary = MemoryStore()
     store = DegradingStore(primary)
     keeper = store.key_locks.keeper
     store.acquire("t1", "parent", 30, "P")
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        ok = False
-        try:
-            store.acquire("t1", "child", 0.6, "C")
-            time.sleep(1.5)
-            ok = (not primary.acquire("t1", "child", 30, "other") and keeper.held == 1
-                  and keeper._thread is not None and keeper._thread.is_alive())
-        finally:
-            os.write(write, b"1" if ok else b"0")
-            os._exit(0)
-    os.close(write)
-    answer = _answer_within(read, pid, 20.0)
-    assert answer == b"1"
+
+    def child() -> bool:
+        store.acquire("t1", "child", 0.6, "C")
+        time.sleep(1.5)
+        return (not primary.acquire("t1", "child", 30, "other") and keeper.held == 1
+                and keeper._thread is not None and keeper._thread.is_alive())
+
+    assert in_forked_child(child, seconds=20.0) == b"1"
     assert keeper.held == 1  # the parent's own key, still kept here
     store.release("t1", "parent", "P")
 
 
-def _answer_within(read: int, pid: int, seconds: float) -> bytes:
-    """The child's one-byte answer; a child that hangs (a lock held at the fork) is killed
-    and answers nothing, so the test fails instead of hanging the suite."""
-    import os
-    import select
-    import signal
-
-    ready, _, _ = select.select([read], [], [], seconds)
-    answer = os.read(read, 1) if ready else b""
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    os.close(read)
-    return answer
-
-
-def test_children_forked_as_the_keeper_starts_do_not_deadlock() -> None:
+def test_children_forked_as_the_keeper_starts_do_not_deadlock(
+        in_forked_child: Callable[..., bytes]) -> None:
     """A fork right after the claim that starts the keeper's thread, while that thread takes
     the keeper's lock (without fresh locks in the child, about one fork in three hung): the
     child claims and renews a key of its own, every time."""
-    import os
-
     for attempt in range(15):
         primary = MemoryStore()
         store = DegradingStore(primary)
         keeper = store.key_locks.keeper
         store.acquire("t1", "parent", 30, "P")  # starts the keeper's thread
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child
-            ok = False
-            try:
-                ok = store.acquire("t1", "child", 0.3, "C")
-                time.sleep(0.15)  # past its first renewal
-                ok = ok and keeper.held == 1 and not primary.acquire("t1", "child", 30, "x")
-            finally:
-                os.write(write, b"1" if ok else b"0")
-                os._exit(0)
-        os.close(write)
-        assert _answer_within(read, pid, 10.0) == b"1", f"fork {attempt}"
+
+        def child() -> bool:
+            ok = store.acquire("t1", "child", 0.3, "C")  # noqa: B023 - run before the next
+            time.sleep(0.15)  # past its first renewal
+            return ok and keeper.held == 1 and not primary.acquire(  # noqa: B023
+                "t1", "child", 30, "x")
+
+        assert in_forked_child(child) == b"1", f"fork {attempt}"
         store.close()
 
 
@@ -393,39 +363,17 @@ def test_the_keeper_renews_keys_in_every_store(make_store: Any) -> None:
     assert other.acquire("t1", "pay:A-1", 30, "another-worker")
 
 
-def test_a_child_forked_during_a_write_back_does_not_deadlock() -> None:
+def test_a_child_forked_during_a_write_back_does_not_deadlock(
+        in_forked_child: Callable[..., bytes]) -> None:
     """The keeper's thread may be writing an outage's keys back to the primary (holding the
     outage's locks) at the fork: the child claims keys of its own."""
-    import os
-    import threading
-
     primary = MemoryStore()
     store = DegradingStore(primary, retry_after=0.0)
     outage = store._outage
     outage.down_since = time.monotonic() - 1  # an outage the next call recovers from
-    inside, leave = threading.Event(), threading.Event()
 
-    def hold_recovering() -> None:
-        with outage._recovering, outage._lock:
-            inside.set()
-            leave.wait(10)
+    def child() -> bool:
+        return store.acquire("t1", "child", 30, "C") and not primary.acquire(
+            "t1", "child", 30, "other")
 
-    writer = threading.Thread(target=hold_recovering)
-    writer.start()
-    inside.wait(5)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        ok = False
-        try:
-            ok = store.acquire("t1", "child", 30, "C") and not primary.acquire(
-                "t1", "child", 30, "other")
-        finally:
-            os.write(write, b"1" if ok else b"0")
-            os._exit(0)
-    os.close(write)
-    try:
-        assert _answer_within(read, pid, 10.0) == b"1"
-    finally:
-        leave.set()
-        writer.join()
+    assert in_forked_child(child, holding=[outage._recovering, outage._lock]) == b"1"
