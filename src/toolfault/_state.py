@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import threading
 import time
 import warnings
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
@@ -36,6 +34,7 @@ from toolfault._admission import (
     LazyFingerprint,
 )
 from toolfault._errors import StateUnavailableError
+from toolfault._forking import renew_locks_after_fork
 from toolfault._records import Incident, IncidentKind, LedgerEntry
 
 log = logging.getLogger("toolfault")
@@ -201,23 +200,6 @@ _new_tuple = tuple.__new__
 _SWEEP_SECONDS = 1.0
 
 
-class _ForkAware(Protocol):
-    def _after_fork(self) -> None: ...
-
-
-#: Objects whose locks a thread may hold at a fork (the key keeper's own thread renews keys
-#: through both): each gets fresh locks in the child, as ``logging`` does for its handlers.
-_LOCKED_AT_FORK: weakref.WeakSet[_ForkAware] = weakref.WeakSet()
-
-
-def _reinit_after_fork() -> None:
-    for owner in list(_LOCKED_AT_FORK):
-        owner._after_fork()
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
-
-
 class _Aging(Protocol):
     """A task or turn as eviction sees it: last use, and last use when placed in order."""
 
@@ -313,7 +295,7 @@ class MemoryStore:
         self.max_tasks = max_tasks
         self.max_turns = max_turns
         self._lock = threading.Lock()
-        _LOCKED_AT_FORK.add(self)
+        renew_locks_after_fork(self)
         # In the order they were last placed; a use only stamps ``used`` (no reordering on
         # the hot path): the sweep gives an entry used since it was placed a second chance
         # (moves it to the end) before it may evict it - LRU by the clock algorithm.
@@ -649,7 +631,7 @@ class _Outage:
         self._recovering = threading.Lock()
         #: The primary takes holders (the current :class:`KeyLocks` protocol).
         self.holders = _takes_holders(primary)
-        _LOCKED_AT_FORK.add(self)
+        renew_locks_after_fork(self)
 
     def _after_fork(self) -> None:
         """In a forked child: the key keeper's thread may have been writing back (holding
@@ -867,7 +849,7 @@ class KeyKeeper:
         self._thread: threading.Thread | None = None
         #: Keys found lost at renewal (for tests and operators).
         self.lost = 0
-        _LOCKED_AT_FORK.add(self)
+        renew_locks_after_fork(self)
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's thread and keys are not ours, and the parent's

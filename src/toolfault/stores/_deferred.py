@@ -16,25 +16,15 @@ import os
 import threading
 import weakref
 from collections.abc import Hashable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+from toolfault._forking import renew_locks_after_fork
 
 _T = TypeVar("_T")
 
 
 class _Flushable(Protocol):
     def flush(self) -> None: ...
-
-
-#: Queues whose lock the flushing thread may hold at a fork: fresh in a forked child.
-_LOCKED_AT_FORK: weakref.WeakSet[DeferredSettles[Any]] = weakref.WeakSet()
-
-
-def _reinit_after_fork() -> None:
-    for queue in list(_LOCKED_AT_FORK):
-        queue._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class DeferredSettles(Generic[_T]):
@@ -45,7 +35,7 @@ class DeferredSettles(Generic[_T]):
         self.delay = delay
         self._queued: dict[Hashable, list[_T]] = {}
         self._lock = threading.Lock()
-        _LOCKED_AT_FORK.add(self)  # a fresh lock in a forked child (see _reinit_after_fork)
+        renew_locks_after_fork(self)  # the flushing thread may hold the lock at a fork
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -63,6 +53,10 @@ class DeferredSettles(Generic[_T]):
             self._wake.set()
             if self._thread is None or self._pid != os.getpid():
                 self._start()
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's flushing thread may have held it)."""
+        self._lock = threading.Lock()
 
     def take(self, group: Hashable) -> list[_T]:
         """What is queued for one group (the caller sends it, or gives it back with add)."""
