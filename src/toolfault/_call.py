@@ -88,6 +88,8 @@ class _Call:
     attempts: int = 0
     dispatched: bool = False
     replayable: bool = False
+    #: ``kwargs`` are the validated arguments already (see ``Pipeline.admit``).
+    validated: bool = False
     #: The arguments were JSON text the fast parser took whole (see ``_lazy_json``).
     plain_json: bool = False
     #: The JSON text ``args`` was parsed from, when the fast parser took it whole (the trace

@@ -83,7 +83,8 @@ class Pipeline:
         # Every call is counted and reserved, so identical calls in flight count toward the
         # cap atomically; the fingerprint is computed now only where a store or a check
         # needs it (see LazyFingerprint).
-        if spec.plain and not spec.normalizers and (call.plain_json or _plain(args)):
+        if spec.plain and not spec.normalizers and (
+                call.plain_json or self._validated_plain(call, spec, args) or _plain(args)):
             deferred: _Deferred = _new_object(_Deferred)  # its three slots, set inline
             deferred._value, deferred._spec, deferred._args = None, spec, args
             fp: LazyFingerprint = deferred
@@ -94,6 +95,20 @@ class Pipeline:
             fp = LazyFingerprint(call.fp)
         call.fingerprint = fp
         return self._counted(call, spec, args, fp)
+
+    @staticmethod
+    def _validated_plain(call: _Call, spec: ToolSpec, args: dict[str, Any]) -> bool:
+        """Whether ``args`` are plain JSON values, decided by validating them strictly (then
+        ``call.kwargs`` holds the result), where the tool's parameters allow that."""
+        validate = spec.plain_validate
+        if validate is None:
+            return False
+        try:
+            call.kwargs = validate(args)
+        except ValidationError:  # not plain, or not valid: decided the usual way
+            return False
+        call.validated = True
+        return True
 
     def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
         """A side-effect tool's steps before it runs: claim its key, verify what an earlier
@@ -155,6 +170,8 @@ class Pipeline:
         call.request = request  # settled when the call ends
         if not call.fp and fp._value is not None:  # the store needed it: the key is free now
             self.resolve_fp(call)
+        if call.validated:  # strictly, before admission (see _validated_plain)
+            return None
         fast = spec.fast_validate
         if fast is None:
             return self._validate(call, spec, args)

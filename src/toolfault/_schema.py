@@ -178,7 +178,7 @@ class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
     __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "params",
-                 "required", "schema")
+                 "plain_validate", "required", "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
@@ -202,6 +202,10 @@ class PydanticValidator:
         self._numbers = numbers
         self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = (
             self._validate_kept if numbers else raw_validate)
+        #: Validates plain arguments, refuses the rest (raises): see :func:`_plain_schema`.
+        plain = _plain_schema(self._adapter.core_schema)
+        self.plain_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = (
+            None if plain is None else pydantic_core.SchemaValidator(plain).validate_python)
         self.schema.pop("additionalProperties", None) if extra_allowed else None
         if not extra_allowed:
             self.schema["additionalProperties"] = False
@@ -327,6 +331,91 @@ class JsonSchemaValidator:
             param, kind, f"{where} must be {expected}", expected,
             f"call {self._tool} again with {param} as {expected}",
         )
+
+
+#: What plain arguments may hold: characters in all their strings, items in one list (the
+#: bounds ``_plain`` in the pipeline sets: their canonical text stays far below the limit).
+_PLAIN_CHARS = 500_000
+_PLAIN_ITEMS = 1_000
+#: Ints a float holds exactly (beyond them the tool's validator makes an int a float).
+_EXACT_INT = 2 ** 53
+#: Bounds a number's schema may carry (they apply to an int sent for a ``float`` too).
+_NUMBER_BOUNDS = frozenset({"gt", "ge", "lt", "le", "multiple_of"})
+
+
+def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A strict twin of a tool's arguments schema (pydantic-core's), accepting exactly the
+    arguments that are plain JSON values of bounded size; ``None`` unless every field is a
+    string, a number, a boolean, a literal, ``None`` or a list of those, extra keys are
+    refused and no function of the user's validates anything.
+
+    Where it accepts arguments, the tool's own validator accepts them too and returns the
+    same values (an int sent for a ``float`` stays an int, as the tool's validator keeps
+    it), so the guard validates once: strictly, before admission, instead of checking each
+    value for the deferred fingerprint (``_plain`` in the pipeline) and validating after.
+    The length bounds split ``_PLAIN_CHARS`` between the fields; a longer value is not
+    refused by the guard, only validated the usual way.
+    """
+    if schema.get("type") != "typed-dict" or schema.get("extra_behavior") != "forbid":
+        return None
+    fields: dict[str, Any] = {}
+    strings = sum(1 for f in schema.get("fields", {}).values() if _holds_text(f["schema"]))
+    share = _PLAIN_CHARS // max(strings, 1)
+    for name, field in schema.get("fields", {}).items():
+        inner = _plain_value(field.get("schema", {}), share)
+        if inner is None:
+            return None
+        fields[name] = {**field, "schema": inner}
+    return {**schema, "fields": fields, "config": {**schema.get("config", {}), "strict": True}}
+
+
+def _holds_text(schema: Mapping[str, Any]) -> bool:
+    if schema.get("type") == "nullable":
+        schema = schema.get("schema", {})
+    if schema.get("type") == "list":
+        schema = schema.get("items_schema", {})
+    return schema.get("type") == "str"
+
+
+def _plain_value(schema: Mapping[str, Any], share: int) -> dict[str, Any] | None:
+    """One field's strict schema, bounded, or ``None`` when it is not plain JSON."""
+    kind = schema.get("type")
+    if kind == "nullable":
+        inner = _plain_value(schema.get("schema", {}), share)
+        return None if inner is None else {**schema, "schema": inner}
+    if kind == "list":
+        items = _plain_scalar(schema.get("items_schema", {}), share // _PLAIN_ITEMS)
+        if items is None:
+            return None
+        return {**schema, "items_schema": items,
+                "max_length": min(schema.get("max_length", _PLAIN_ITEMS), _PLAIN_ITEMS)}
+    return _plain_scalar(schema, share)
+
+
+def _plain_scalar(schema: Mapping[str, Any], chars: int) -> dict[str, Any] | None:
+    kind = schema.get("type")
+    if kind == "str":
+        return {**schema, "strict": True,
+                "max_length": min(schema.get("max_length", chars), chars)}
+    if kind == "float":
+        if not set(schema) <= _NUMBER_BOUNDS | {"type", "metadata", "strict"}:
+            return None
+        # An int is taken as it was sent, within the same bounds, where a float holds it
+        # exactly (the tool's validator keeps such an int: see _keep_sent).
+        exact_int = {"type": "int", "strict": True,
+                     **{k: v for k, v in schema.items() if k in _NUMBER_BOUNDS}}
+        exact_int["ge"] = max(exact_int.get("ge", -_EXACT_INT), -_EXACT_INT)
+        exact_int["le"] = min(exact_int.get("le", _EXACT_INT), _EXACT_INT)
+        return {"type": "union", "mode": "left_to_right",
+                "choices": [exact_int, {**schema, "strict": True}]}
+    if kind in ("int", "bool"):
+        return {**schema, "strict": True}
+    if kind == "none":
+        return dict(schema)
+    if kind == "literal" and all(type(v) in (str, int, bool, type(None))
+                                 for v in schema.get("expected", ())):
+        return dict(schema)
+    return None
 
 
 def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:

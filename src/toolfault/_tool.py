@@ -115,10 +115,17 @@ class ToolSpec:
     fast_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         init=False, default=None, repr=False)
 
+    #: Validates arguments that are plain JSON values of the declared types, raises for
+    #: others (see ``_schema._plain_schema``); or None for other tools.
+    plain_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
+        init=False, default=None, repr=False)
+
     def __post_init__(self) -> None:
         self.plain = not (self.side_effect or self.is_async or self.timeout is not None
                           or self.context_param is not None)
         self.fast_validate = getattr(self.validator, "fast_validate", None)
+        if not self.normalizers:
+            self.plain_validate = getattr(self.validator, "plain_validate", None)
 
     @property
     def schema(self) -> dict[str, Any]:

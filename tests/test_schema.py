@@ -1,0 +1,163 @@
+"""The strict twin of a tool's validator (``_schema._plain_schema``): where it accepts
+arguments, the guard validates once and defers the fingerprint; it must accept only plain
+JSON values and return exactly what the tool's own validator returns."""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Annotated, Any, Literal
+
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import AfterValidator, Field
+
+from toolfault import Guard
+from toolfault._fingerprint import fingerprint, fingerprint_json_values
+
+
+def _rich(origin: str, stops: int, price: Annotated[float, Field(ge=0)], tags: list[str],
+          weights: list[float], cabin: Literal["economy", "first"] = "economy",
+          note: str | None = None, direct: bool = False, rank: Literal[1, 2] = 1) -> str:
+    return "ok"
+
+
+def _guard() -> Guard:
+    guard = Guard(scan_env_secrets=False)
+    guard.tool(_rich)
+    return guard
+
+
+class _Text(str):
+    pass
+
+
+_odd = st.one_of(  # what a caller's code may pass where JSON has no such value
+    st.binary(max_size=4), st.decimals(allow_nan=False, places=2, max_value=10**6),
+    st.builds(_Text, st.text(max_size=4)), st.none(), st.booleans(),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4))
+_ints = st.integers(min_value=-(2**60), max_value=2**60)
+_numbers = st.one_of(_ints, st.floats(allow_nan=False, allow_infinity=False))
+
+
+def _mostly(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Valid values three times in four, so whole argument sets are often valid."""
+    return st.one_of(valid, valid, valid, _odd)
+
+
+_args = st.fixed_dictionaries(
+    {"origin": _mostly(st.text(max_size=8)),
+     "stops": _mostly(_ints),
+     "price": _mostly(_numbers),
+     "tags": _mostly(st.one_of(st.lists(_mostly(st.text(max_size=4)), max_size=3),
+                               st.tuples(st.text(max_size=4)))),
+     "weights": _mostly(st.lists(_mostly(_numbers), max_size=3))},
+    optional={"cabin": _mostly(st.sampled_from(["economy", "first", "coach"])),
+              "note": _mostly(st.one_of(st.none(), st.text(max_size=4))),
+              "direct": _mostly(st.booleans()),
+              "rank": _mostly(st.sampled_from([1, 2, 3, 1.0])),
+              "extra": _odd})
+
+
+def _typed(value: Any) -> Any:
+    """A value with every type spelled out (``1 == 1.0 == True`` would hide a difference)."""
+    if isinstance(value, list):
+        return ("list", [_typed(item) for item in value])
+    return (type(value).__name__, repr(value))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_args)
+def test_the_strict_twin_accepts_only_what_the_validator_accepts_and_returns_the_same(
+        args: dict[str, Any]) -> None:
+    spec = _guard()._tools["_rich"]
+    assert spec.plain_validate is not None and spec.fast_validate is not None
+    try:
+        strict = spec.plain_validate(args)
+    except pydantic.ValidationError:
+        return  # undecided: the usual path validates these
+    usual = spec.fast_validate(args)
+    assert {k: _typed(v) for k, v in strict.items()} == {k: _typed(v) for k, v in usual.items()}
+    # What it accepts are plain JSON values: the deferred fingerprint is the usual one.
+    assert fingerprint_json_values("_rich", args) == fingerprint("_rich", args)
+    for value in args.values():
+        assert type(value) in (str, _Text, int, float, bool, type(None), list)
+        for item in value if type(value) is list else [value]:
+            assert type(item) in (str, _Text, int, float, bool, type(None))
+            assert not (isinstance(item, float) and not math.isfinite(item))
+
+
+def test_an_int_sent_for_a_float_stays_an_int_and_bounds_still_apply() -> None:
+    guard = _guard()
+    spec = guard._tools["_rich"]
+    assert spec.plain_validate is not None
+    base = {"origin": "SFO", "stops": 0, "tags": [], "weights": [1, 0.5]}
+    kept = spec.plain_validate({**base, "price": 420})
+    assert type(kept["price"]) is int and [type(w) for w in kept["weights"]] == [int, float]
+    # Beyond 2**53 a float does not hold an int exactly: a float, as the tool's validator
+    # makes it.
+    huge = spec.plain_validate({**base, "price": 2**53 + 1})
+    assert huge["price"] == float(2**53 + 1) and type(huge["price"]) is float
+    for refused in (-1, True, float("nan"), "420"):
+        with pytest.raises(pydantic.ValidationError):
+            spec.plain_validate({**base, "price": refused})
+    # Refused by the twin is not refused by the guard: the usual validation decides.
+    assert guard.call("_rich", {**base, "price": "420"}).ok
+    assert guard.call("_rich", {**base, "price": -1}).code == "invalid_argument"
+
+
+def test_long_text_is_left_to_the_usual_validation() -> None:
+    guard = _guard()
+    spec = guard._tools["_rich"]
+    assert spec.plain_validate is not None
+    long_args = {"origin": "x" * 300_000, "stops": 0, "price": 1.5, "tags": ["y" * 200],
+                 "weights": []}
+    with pytest.raises(pydantic.ValidationError):
+        spec.plain_validate(long_args)
+    assert guard.call("_rich", long_args).ok
+    with pytest.raises(pydantic.ValidationError):
+        spec.plain_validate({**long_args, "origin": "x", "tags": ["t"] * 1001})
+
+
+class _Cabin(enum.Enum):
+    ECONOMY = "economy"
+
+
+def test_no_twin_where_a_parameter_could_hold_more_than_plain_json() -> None:
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def anything(blob: Any) -> str:
+        return "ok"
+
+    @guard.tool
+    def checked(name: Annotated[str, AfterValidator(str.upper)]) -> str:
+        return name
+
+    @guard.tool
+    def open_ended(name: str, **extra: Any) -> str:
+        return name
+
+    @guard.tool
+    def nested(rows: list[dict[str, int]]) -> str:
+        return "ok"
+
+    @guard.tool
+    def by_enum(cabin: _Cabin) -> str:
+        return cabin.value
+
+    @guard.tool
+    def plain(name: str, count: int = 1) -> str:
+        return name
+
+    @guard.tool(normalize={"name": "casefold"})
+    def normalized(name: str) -> str:
+        return name
+
+    twins = {name: spec.plain_validate is not None for name, spec in guard._tools.items()}
+    assert twins == {"anything": False, "checked": False, "open_ended": False,
+                     "nested": False, "by_enum": False, "plain": True, "normalized": False}
+    assert guard.call("checked", {"name": "ada"}).text == "ADA"
+    assert guard.call("by_enum", {"cabin": "economy"}).text == "economy"
