@@ -400,14 +400,17 @@ def _plain_scalar(schema: Mapping[str, Any], chars: int) -> dict[str, Any] | Non
     if kind == "float":
         if not set(schema) <= _NUMBER_BOUNDS | {"type", "metadata", "strict"}:
             return None
-        # An int is taken as it was sent, within the same bounds, where a float holds it
-        # exactly (the tool's validator keeps such an int: see _keep_sent).
-        exact_int = {"type": "int", "strict": True,
-                     **{k: v for k, v in schema.items() if k in _NUMBER_BOUNDS}}
-        exact_int["ge"] = max(exact_int.get("ge", -_EXACT_INT), -_EXACT_INT)
-        exact_int["le"] = min(exact_int.get("le", _EXACT_INT), _EXACT_INT)
-        return {"type": "union", "mode": "left_to_right",
-                "choices": [exact_int, {**schema, "strict": True}]}
+        # An int is taken as it was sent, within the same bounds (the tool's validator keeps
+        # an int a float holds exactly: see _keep_sent).  Numbers beyond 2**53, where that
+        # depends on the int, are left to the usual validation.
+        bounds = {k: v for k, v in schema.items() if k in _NUMBER_BOUNDS}
+        exact_int = {"type": "int", "strict": True, **bounds,
+                     "ge": max(bounds.get("ge", -_EXACT_INT), -_EXACT_INT),
+                     "le": min(bounds.get("le", _EXACT_INT), _EXACT_INT)}
+        # (strictly within: a bigger int sent here would be rounded to 2**53 first)
+        number = {**schema, "strict": True, "gt": max(bounds.get("gt", -_EXACT_INT), -_EXACT_INT),
+                  "lt": min(bounds.get("lt", _EXACT_INT), _EXACT_INT)}
+        return {"type": "union", "mode": "left_to_right", "choices": [exact_int, number]}
     if kind in ("int", "bool"):
         return {**schema, "strict": True}
     if kind == "none":
