@@ -175,3 +175,66 @@ def test_numbers_at_the_edges_are_the_validators_own_or_left_to_it(price: Any) -
     usual = spec.fast_validate(args)
     assert _typed(strict["price"]) == _typed(usual["price"])
     assert _typed(strict["weights"]) == _typed(usual["weights"])
+
+
+_json_args = st.fixed_dictionaries(
+    {"origin": _mostly(st.text(max_size=8)),
+     "stops": _mostly(_ints),
+     "price": _mostly(_numbers),
+     "tags": _mostly(st.lists(_mostly(st.text(max_size=4)), max_size=3)),
+     "weights": _mostly(st.lists(_mostly(_numbers), max_size=3))},
+    optional={"cabin": _mostly(st.sampled_from(["economy", "first", "coach"])),
+              "note": _mostly(st.one_of(st.none(), st.text(max_size=4))),
+              "rank": _mostly(st.sampled_from([1, 2, 3, 1.0])), "extra": _odd})
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_json_args, st.booleans())
+def test_json_text_the_twin_takes_is_what_parsing_then_validating_gives(
+        args: dict[str, Any], spaced: bool) -> None:
+    """Arguments as the model sends them: where the twin validates the text in one pass, the
+    values (and the tool's) are those of parsing the text and validating the result."""
+    import json
+
+    spec = _guard()._tools["_rich"]
+    assert spec.plain_validate_json is not None and spec.fast_validate is not None
+    try:
+        text = json.dumps(args, default=repr, separators=(", ", ": ") if spaced else (",", ":"))
+    except ValueError:
+        return
+    try:
+        strict = spec.plain_validate_json(text)
+    except pydantic.ValidationError:
+        return
+    parsed = json.loads(text)
+    usual = spec.fast_validate(parsed)
+    assert {k: _typed(v) for k, v in strict.items()} == {k: _typed(v) for k, v in usual.items()}
+    assert fingerprint_json_values("_rich", strict) == fingerprint("_rich", parsed)
+
+
+def test_a_tool_changing_its_list_never_changes_the_call() -> None:
+    """The guard keeps the arguments it validated from JSON text: the tool gets its own lists,
+    so identical failing calls keep one fingerprint and reach the cap together."""
+    guard = Guard(scan_env_secrets=False)
+    seen: list[list[str]] = []
+
+    @guard.tool
+    def tag(names: list[str], label: str) -> str:
+        names.append("added by the tool")
+        seen.append(names)
+        raise ValueError("the label is not known")
+
+    text = '{"names": ["a", "b"], "label": "x"}'
+    first, second = guard.call("tag", text), guard.call("tag", text)
+    assert spec_took_the_text(guard, "tag", text)
+    assert seen == [["a", "b", "added by the tool"]] * 2
+    assert first.fingerprint == second.fingerprint == fingerprint(
+        "tag", {"names": ["a", "b"], "label": "x"})
+    assert first.failure is not None and second.failure is not None
+    assert not first.failure.terminal and second.failure.terminal  # the cap counted both
+
+
+def spec_took_the_text(guard: Guard, name: str, text: str) -> bool:
+    """Whether the tool's twin validates ``text`` (so the test runs the path it means to)."""
+    validate = guard._tools[name].plain_validate_json
+    return validate is not None and validate(text) == {"names": ["a", "b"], "label": "x"}

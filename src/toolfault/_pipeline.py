@@ -73,7 +73,10 @@ class Pipeline:
         spec = g._tools.get(call.name)
         args = call.args
         if type(args) is not dict:
-            args = self.parse(call)
+            args = self._validated_text(call, spec, args) \
+                if type(args) is str and spec is not None else None
+            if args is None:
+                args = self.parse(call)
         if spec is None or args is NOT_JSON or g._progress.halted:
             early = self._named(call, spec, args)
             if early is not None:
@@ -109,6 +112,26 @@ class Pipeline:
             return False
         call.validated = True
         return True
+
+    @staticmethod
+    def _validated_text(call: _Call, spec: ToolSpec, text: str) -> dict[str, Any] | None:
+        """JSON text parsed and validated in one pass where the tool's parameters allow it
+        (see ``_validated_plain``); ``None``: parse it the usual way.  The tool gets its own
+        copy of every list, so what it does to one never changes the call's arguments."""
+        validate = spec.plain_validate_json
+        if validate is None or len(text) > _LAZY_JSON_CHARS:
+            return None
+        try:
+            args: dict[str, Any] = validate(text)
+        except ValidationError:  # not plain, not valid or not JSON: decided the usual way
+            return None
+        kwargs = dict(args)
+        for name in spec.list_params:
+            value = kwargs.get(name)
+            if value is not None:
+                kwargs[name] = value.copy()
+        call.kwargs, call.validated, call.plain_json, call.sent = kwargs, True, True, text
+        return args
 
     def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
         """A side-effect tool's steps before it runs: claim its key, verify what an earlier

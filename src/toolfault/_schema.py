@@ -177,8 +177,8 @@ def _add_defaults(properties: dict[str, Any], sig: inspect.Signature) -> None:
 class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
-    __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "params",
-                 "plain_validate", "required", "schema")
+    __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "list_params",
+                 "params", "plain_validate", "plain_validate_json", "required", "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
@@ -204,8 +204,13 @@ class PydanticValidator:
             self._validate_kept if numbers else raw_validate)
         #: Validates plain arguments, refuses the rest (raises): see :func:`_plain_schema`.
         plain = _plain_schema(self._adapter.core_schema)
+        twin = None if plain is None else pydantic_core.SchemaValidator(plain)
         self.plain_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = (
-            None if plain is None else pydantic_core.SchemaValidator(plain).validate_python)
+            None if twin is None else twin.validate_python)
+        self.plain_validate_json: Callable[[str], dict[str, Any]] | None = (
+            None if twin is None else twin.validate_json)
+        self.list_params: tuple[str, ...] = () if plain is None else tuple(
+            name for name, field in plain["fields"].items() if _holds_list(field["schema"]))
         self.schema.pop("additionalProperties", None) if extra_allowed else None
         if not extra_allowed:
             self.schema["additionalProperties"] = False
@@ -375,6 +380,12 @@ def _holds_text(schema: Mapping[str, Any]) -> bool:
     if schema.get("type") == "list":
         schema = schema.get("items_schema", {})
     return schema.get("type") == "str"
+
+
+def _holds_list(schema: Mapping[str, Any]) -> bool:
+    if schema.get("type") == "nullable":
+        schema = schema.get("schema", {})
+    return schema.get("type") == "list"
 
 
 def _plain_value(schema: Mapping[str, Any], share: int) -> dict[str, Any] | None:

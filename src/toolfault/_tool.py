@@ -120,12 +120,21 @@ class ToolSpec:
     plain_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         init=False, default=None, repr=False)
 
+    #: :attr:`plain_validate` for JSON text (parses and validates in one pass); or None.
+    plain_validate_json: Callable[[str], dict[str, Any]] | None = field(
+        init=False, default=None, repr=False)
+    #: The parameters that take a list (copied for the tool where the guard keeps the
+    #: arguments it validated).
+    list_params: tuple[str, ...] = field(init=False, default=(), repr=False)
+
     def __post_init__(self) -> None:
         self.plain = not (self.side_effect or self.is_async or self.timeout is not None
                           or self.context_param is not None)
         self.fast_validate = getattr(self.validator, "fast_validate", None)
-        if not self.normalizers:
+        if self.plain and not self.normalizers:
             self.plain_validate = getattr(self.validator, "plain_validate", None)
+            self.plain_validate_json = getattr(self.validator, "plain_validate_json", None)
+            self.list_params = getattr(self.validator, "list_params", ())
 
     @property
     def schema(self) -> dict[str, Any]:
