@@ -90,6 +90,8 @@ class _Call:
     replayable: bool = False
     #: ``kwargs`` are the validated arguments already (see ``Pipeline.admit``).
     validated: bool = False
+    #: ``args`` has its keys in sorted order (validated from JSON text by the tool's twin).
+    sorted_args: bool = False
     #: The arguments were JSON text the fast parser took whole (see ``_lazy_json``).
     plain_json: bool = False
     #: The JSON text ``args`` was parsed from, when the fast parser took it whole (the trace

@@ -219,7 +219,7 @@ def fingerprint(
     return hashlib.sha256(f"{tool}\x00{canonical}".encode()).hexdigest()
 
 
-def fingerprint_json_values(tool: str, args: dict[str, Any]) -> str:
+def fingerprint_json_values(tool: str, args: dict[str, Any], *, in_order: bool = False) -> str:
     """:func:`fingerprint` of arguments made of JSON's own types only (exact ``dict``,
     ``list``, ``str``, ``int``, finite ``float``, ``bool``, ``None``, as a JSON parser makes
     them), without normalizers: the same hex, sooner.
@@ -231,10 +231,11 @@ def fingerprint_json_values(tool: str, args: dict[str, Any]) -> str:
     object (its keys are not sorted here), an integral float, any float below 1e-4 and an
     infinity (a JSON parser makes one of ``1e400``; looked for in the text, so a string that
     merely looks like one costs the slow path, never a wrong hash), text that is not NFC,
-    and what pydantic-core refuses (lone surrogates).
+    and what pydantic-core refuses (lone surrogates).  ``in_order``: the keys of ``args`` are
+    in sorted order already.
     """
     try:
-        raw = _to_json({key: args[key] for key in sorted(args)})
+        raw = _to_json(args if in_order else {key: args[key] for key in sorted(args)})
     except (ValueError, TypeError):
         return fingerprint(tool, args)
     text = raw.decode()  # str searches are several times cheaper than bytes ones

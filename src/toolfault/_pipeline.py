@@ -88,8 +88,9 @@ class Pipeline:
         # needs it (see LazyFingerprint).
         if spec.plain and not spec.normalizers and (
                 call.plain_json or self._validated_plain(call, spec, args) or _plain(args)):
-            deferred: _Deferred = _new_object(_Deferred)  # its three slots, set inline
-            deferred._value, deferred._spec, deferred._args = None, spec, args
+            deferred: _Deferred = _new_object(_Deferred)  # its slots, set inline
+            deferred._value, deferred._spec, deferred._args, deferred._sorted = \
+                None, spec, args, call.sorted_args
             fp: LazyFingerprint = deferred
         else:
             problem = self.resolve_fp(call)
@@ -131,6 +132,7 @@ class Pipeline:
             if value is not None:
                 kwargs[name] = value.copy()
         call.kwargs, call.validated, call.plain_json, call.sent = kwargs, True, True, text
+        call.sorted_args = True  # the twin's fields are in sorted order (see _plain_schema)
         return args
 
     def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
@@ -525,25 +527,27 @@ class _Deferred(LazyFingerprint):
     """The fingerprint of one call's arguments, computed only if someone asks (one object
     per call instead of a lazy fingerprint around a closure)."""
 
-    __slots__ = ("_args", "_spec")
+    __slots__ = ("_args", "_sorted", "_spec")
     _spec: ToolSpec
     _args: dict[str, Any]
+    #: ``_args`` has its keys in sorted order already.
+    _sorted: bool
 
     # No __init__: :meth:`Pipeline.admit` builds one with ``object.__new__`` and sets
-    # ``_value``, ``_spec`` and ``_args`` itself (a Python frame less on every call).
+    # its slots itself (a Python frame less on every call).
 
     def __call__(self) -> str:
         value = self._value
         if value is None:
-            value = self._value = _fingerprint_of(self._spec, self._args)
+            value = self._value = _fingerprint_of(self._spec, self._args, self._sorted)
         return value
 
 
-def _fingerprint_of(spec: ToolSpec, args: dict[str, Any]) -> str:
+def _fingerprint_of(spec: ToolSpec, args: dict[str, Any], in_order: bool = False) -> str:
     """A deferred call's fingerprint: its arguments are JSON's own types (parsed from JSON
     text, or checked by ``_plain``) and its tool has no normalizers (see ``admit``)."""
     try:
-        return fingerprint_json_values(spec.name, args)
+        return fingerprint_json_values(spec.name, args, in_order=in_order)
     except (ValueError, TypeError, RecursionError):
         # Not reachable for arguments _plain accepted; a store must never see a raise.
         basis = echo_args(args)

@@ -177,6 +177,23 @@ def is_secret_key(name: str) -> bool:
 
 _is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
 
+#: Keys found not secret-named (exact strs; the names decide, whatever secrets are added
+#: later): a tool's arguments repeat their keys, so usually one set check decides them all.
+_PLAIN_KEYS: set[str] = set()
+_PLAIN_KEYS_MAX = 4096
+
+
+def _no_secret_key(obj: dict[Any, Any]) -> bool:
+    """Whether every key of ``obj`` is an exact ``str`` that does not name a secret."""
+    if _PLAIN_KEYS.issuperset(obj):
+        return True
+    for key in obj:
+        if type(key) is not str or _is_secret_key(key):
+            return False
+    if len(_PLAIN_KEYS) < _PLAIN_KEYS_MAX:
+        _PLAIN_KEYS.update(obj)
+    return True
+
 #: What may sit between the characters of a secret split across lines: whitespace, and the
 #: escaped line breaks of JSON text.
 _SEPARATORS = re.compile(r"\s++|(?:\\[nrt])++")
@@ -366,10 +383,7 @@ class Redactor:
             return False
         if not text.isascii() and len(text.lower()) != len(text):
             return False  # a character that grows lower-cased: skeletons would differ
-        for key in obj:
-            if type(key) is not str or _is_secret_key(key):
-                return False
-        return self._scrub(text) == text
+        return _no_secret_key(obj) and self._scrub(text) == text
 
     def _number_holds(self, number: int | float) -> bool:
         """Whether a number's JSON text holds a registered secret (a PIN, a card number)."""

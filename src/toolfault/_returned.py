@@ -114,15 +114,11 @@ def default_error_result(value: Any) -> str | None:
     ``Error:``.
     """
     kind = type(value)
-    if kind is dict and _QUICK_KEYS.isdisjoint(value):  # the common case, decided cheaply
-        plain = _PLAIN_KEYS
-        for key in value:
-            if type(key) is str and key not in plain:
-                break
-        else:
-            return None  # every key seen before, none with a status suffix
-        if not _status_suffixed(value):
-            return None
+    # The common case, decided cheaply: no status or error key, and every key seen before
+    # (none with a status suffix), or none with one now.
+    if kind is dict and _QUICK_KEYS.isdisjoint(value) and (
+            _PLAIN_KEYS.issuperset(value) or not _status_suffixed(value)):
+        return None
     if kind in (int, float, bool, list, tuple) or value is None:
         return None
     if isinstance(value, str):

@@ -359,14 +359,17 @@ def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
     it), so the guard validates once: strictly, before admission, instead of checking each
     value for the deferred fingerprint (``_plain`` in the pipeline) and validating after.
     The length bounds split ``_PLAIN_CHARS`` between the fields; a longer value is not
-    refused by the guard, only validated the usual way.
+    refused by the guard, only validated the usual way.  Its fields are in sorted order, and
+    so are the arguments it returns.
     """
     if schema.get("type") != "typed-dict" or schema.get("extra_behavior") != "forbid":
         return None
     fields: dict[str, Any] = {}
     strings = sum(1 for f in schema.get("fields", {}).values() if _holds_text(f["schema"]))
     share = _PLAIN_CHARS // max(strings, 1)
-    for name, field in schema.get("fields", {}).items():
+    # In sorted order: the twin returns its fields in this order, so arguments it validated
+    # from JSON text are in the fingerprint's order already.
+    for name, field in sorted(schema.get("fields", {}).items()):
         inner = _plain_value(field.get("schema", {}), share)
         if inner is None:
             return None

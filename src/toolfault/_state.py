@@ -195,6 +195,7 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
 #: Builds an admitting :class:`Admission` on the hot path (a NamedTuple's own ``__new__``
 #: is a Python-level call; ``tuple.__new__`` is not).
 _new_tuple = tuple.__new__
+_monotonic = time.monotonic
 
 #: A new turn runs an expiry sweep at most this often (a turn beyond the bound always does).
 _SWEEP_SECONDS = 1.0
@@ -320,8 +321,9 @@ class MemoryStore:
 
     # -- counters -----------------------------------------------------------------------
     def admit(self, request: AdmissionRequest) -> Admission:
-        now = time.monotonic()  # the lease and the TTL need it; one read per admission
-        ceilings = request.ceilings
+        now = _monotonic()  # the lease and the TTL need it; one read per admission
+        # One unpacking, not an attribute lookup per field.
+        task_id, turn_no, _, cost, lease, ceilings = request
         parsed = self._parsed
         if parsed[0] is ceilings:
             limits = parsed[1]
@@ -331,13 +333,12 @@ class MemoryStore:
         lock = self._lock
         lock.acquire()  # not ``with``: half its cost, on every call
         try:
-            turn = self._turns.get((request.task, request.turn))
+            turn = self._turns.get((task_id, turn_no))
             if turn is None or self._uses >= self._SWEEP_EVERY:
-                turn = self._use(request.task, request.turn, now)
+                turn = self._use(task_id, turn_no, now)
             else:
                 self._uses += 1
                 turn.used = turn.task.used = now
-            lease = request.lease
             if turn.failures or (lease is not None and (turn.lone is not None or turn.pending)):
                 return self._admit_keyed(turn, request, now, limits)
             # A quiet scope (no failure in the turn, no other reservation): the steps of
@@ -351,7 +352,6 @@ class MemoryStore:
             turn.calls = calls
             if lease is not None and max_running is not None and max_running <= 0:
                 return Admission(0, None, False, calls, spend, busy=True)
-            cost = request.cost
             if max_spend is not None and spend + cost > max_spend + SPEND_EPSILON:
                 return Admission(0, None, False, calls, spend, "spend_per_task")
             if cost:
@@ -421,10 +421,11 @@ class MemoryStore:
                     del turn.pending[fp]
 
     def settle(self, request: AdmissionRequest) -> None:
+        scope = (request[0], request[1])  # (task, turn), without two attribute lookups
         lock = self._lock
         lock.acquire()
         try:
-            turn = self._turns.get((request.task, request.turn))
+            turn = self._turns.get(scope)
             if turn is None:
                 return
             if turn.lone is request:
