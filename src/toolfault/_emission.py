@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
+_time, _monotonic = time.time, time.monotonic
 
 
 class Emitter:
@@ -40,24 +41,18 @@ class Emitter:
             # No observer, and no tracer provider (none can exist before OpenTelemetry's API
             # is imported): nothing more to do, decided without a call.
             tracing = _trace._OTEL in sys.modules and _trace.tracing_active()
-            if tracing or g._observers:
-                self._publish(call, result, tracing)
+            if tracing or g._observers:  # the span, the observers and the trace line
+                now, duration = _time(), _monotonic() - call.started
+                if tracing:
+                    self._span(call, result, now, duration)
+                if g._observers:
+                    self._notify(call, result, now, duration)
             return result
         except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
             try:
                 return g._shaper.seal(result)
             except Exception:  # noqa: BLE001
                 return result
-
-    def _publish(self, call: _Call, result: ToolResult, tracing: bool) -> None:
-        """The span (when ``tracing``), the observers and the trace line of a sealed
-        result."""
-        g = self._g
-        now, duration = time.time(), time.monotonic() - call.started
-        if tracing:
-            self._span(call, result, now, duration)
-        if g._observers:
-            self._notify(call, result, now, duration)
 
     def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
         """Tell the observers; with the guard's own trace sink alone, write its line

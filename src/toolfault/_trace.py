@@ -186,12 +186,20 @@ def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str,
     words, the fingerprint is a hash, the numbers are counters and clocks, and the redactor
     already checked every string, key and number of the arguments (see :func:`args_json`).
     """
-    code = done.code
+    code = None if getattr(done, "failure", False) is None else done.code  # None: a success
+    quote = _quote
+    if type(tool) is str and type(call_id) is str and type(task) is str and type(mode) is str:
+        # Text fields as they come (the usual case): redacted and quoted, no frame between.
+        return _line_text(
+            quote(secrets(tool)), quote(secrets(call_id)), quote(secrets(task)), turn,
+            fingerprint, done, "null" if code is None else quote(_redacted(code, secrets)),
+            dispatched, error_tokens, quote(secrets(mode)), args, side_effect, duration_s,
+            shadow, at)
     return _line_text(
-        _quote(_redacted(tool, secrets)), _quote(_redacted(call_id, secrets)),
-        _quote(_redacted(task, secrets)), turn, fingerprint, done,
-        "null" if code is None else _quote(_redacted(code, secrets)), dispatched,
-        error_tokens, _quote(_redacted(mode, secrets)), args, side_effect, duration_s,
+        quote(_redacted(tool, secrets)), quote(_redacted(call_id, secrets)),
+        quote(_redacted(task, secrets)), turn, fingerprint, done,
+        "null" if code is None else quote(_redacted(code, secrets)), dispatched,
+        error_tokens, quote(_redacted(mode, secrets)), args, side_effect, duration_s,
         shadow, at)
 
 
