@@ -537,22 +537,21 @@ class _Deferred(LazyFingerprint):
     # its slots itself (a Python frame less on every call).
 
     def __call__(self) -> str:
+        """The fingerprint: the arguments are JSON's own types (parsed from JSON text,
+        validated by the tool's strict twin, or checked by ``_plain``) and the tool has no
+        normalizers (see ``admit``)."""
         value = self._value
         if value is None:
-            value = self._value = _fingerprint_of(self._spec, self._args, self._sorted)
+            try:
+                value = fingerprint_json_values(self._spec.name, self._args,
+                                                in_order=self._sorted)
+            except (ValueError, TypeError, RecursionError):
+                # Not reachable for such arguments; a store must never see a raise.
+                basis = echo_args(self._args)
+                value = hashlib.sha256(f"__invalid__\x00{self._spec.name}\x00{basis}".encode(
+                    "utf-8", "surrogatepass")).hexdigest()
+            self._value = value
         return value
-
-
-def _fingerprint_of(spec: ToolSpec, args: dict[str, Any], in_order: bool = False) -> str:
-    """A deferred call's fingerprint: its arguments are JSON's own types (parsed from JSON
-    text, or checked by ``_plain``) and its tool has no normalizers (see ``admit``)."""
-    try:
-        return fingerprint_json_values(spec.name, args, in_order=in_order)
-    except (ValueError, TypeError, RecursionError):
-        # Not reachable for arguments _plain accepted; a store must never see a raise.
-        basis = echo_args(args)
-        return hashlib.sha256(f"__invalid__\x00{spec.name}\x00{basis}".encode(
-            "utf-8", "surrogatepass")).hexdigest()
 
 
 _SCALARS = (int, bool, type(None))
