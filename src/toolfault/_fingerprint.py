@@ -254,11 +254,11 @@ def fingerprint_json_values(tool: str, args: dict[str, Any], *, in_order: bool =
 
 
 #: sha256 of ``tool + "\0"`` per tool name: copying one costs less than a new hash.
-_STARTS: dict[str, Any] = {}
+_STARTS: dict[str, hashlib._Hash] = {}
 _MAX_STARTS = 1024
 
 
-def _started(tool: str) -> Any:
+def _started(tool: str) -> hashlib._Hash:
     """A sha256 that has hashed ``tool`` and the separator, ready for the arguments."""
     start = _STARTS.get(tool)
     if start is None:
