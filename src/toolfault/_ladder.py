@@ -168,37 +168,50 @@ class Ladder:
         """
         g = self._g
         limits = g.limits
-        longest = limits.no_progress_cycle
-        progress = g._progress
         state = self._cached_state
         if state is None or not state.live or self._cached_for is not g.task_id \
                 or self._cached_turn != g._turn:
-            with progress.lock:
-                state = progress.state(g.task_id, g._turn)
-            self._cached_state, self._cached_for, self._cached_turn = \
-                state, g.task_id, g._turn
-        cycle = 0
+            state = self._current_state()
         if limits.success_lifts_blocks and state.failed:
-            with progress.lock:
-                lifted = self._lift_others(state, spec.name)
-            for key in lifted:
-                g._safe_store(g._store.clear_failures, key)
-        if longest is not None:
-            # No lock: appends are atomic, and a race between two threads of one turn can
-            # at worst miss a repeat, never invent one (entries must be equal).
-            history = state.history
-            if spec.side_effect or spec.name in limits.progress_exempt:
-                history.append(_BREAK)
-            else:
-                # The result's hash first: a different result fails a comparison at once;
-                # a cycle repeats its newest entry, so one seen once completes none.
-                entry = (hash(text), spec.name, args)
-                history.append(entry)
-                if history.count(entry) >= limits.no_progress_repeats:
-                    cycle = repeats(history, longest, limits.no_progress_repeats)
-            if len(history) > longest * limits.no_progress_repeats:
-                del history[0]
+            self._lift_after_success(state, spec.name)
+        longest = limits.no_progress_cycle
+        if longest is None:
+            return 0
+        # No lock: appends are atomic, and a race between two threads of one turn can at
+        # worst miss a repeat, never invent one (entries must be equal).
+        history = state.history
+        times = limits.no_progress_repeats
+        cycle = 0
+        name = spec.name
+        if spec.side_effect or name in limits.progress_exempt:
+            history.append(_BREAK)
+        else:
+            # The result's hash first: a different result fails a comparison at once; a
+            # cycle repeats its newest entry, so one seen once completes none.
+            entry = (hash(text), name, args)
+            history.append(entry)
+            if history.count(entry) >= times:
+                cycle = repeats(history, longest, times)
+        if len(history) > longest * times:
+            del history[0]
         return cycle
+
+    def _current_state(self) -> TurnState:
+        """The turn's state, cached for the calls that follow in the same turn and task."""
+        g = self._g
+        progress = g._progress
+        with progress.lock:
+            state = progress.state(g.task_id, g._turn)
+        self._cached_state, self._cached_for, self._cached_turn = state, g.task_id, g._turn
+        return state
+
+    def _lift_after_success(self, state: TurnState, tool: str) -> None:
+        """``Limits.success_lifts_blocks``: the blocks of other tools end."""
+        g = self._g
+        with g._progress.lock:
+            lifted = self._lift_others(state, tool)
+        for key in lifted:
+            g._safe_store(g._store.clear_failures, key)
 
     @staticmethod
     def _lift_others(state: TurnState, tool: str) -> list[CallKey]:
