@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolfault")
 
 _T = TypeVar("_T")
-_monotonic = time.monotonic
 
 #: Threads per purpose: hung tools cannot starve timeouts, and neither can starve checks.
 _POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
@@ -114,25 +113,16 @@ def _invoke_sync(guard: Guard, call: _Call) -> Any:
     assert spec is not None
     call.attempts += 1
     call.dispatched = True
-    deadline = guard.deadline
-    if spec.direct and not guard.isolate_sync_tools and (
-            deadline is None or deadline > _monotonic() - call.started):
-        value = spec.fn(**call.kwargs)  # on the caller's thread: see ``isolate_sync_tools``
-    else:
-        value = _invoke_other(guard, call, spec)
-    if hasattr(value, "__await__"):  # an async tool behind a plain decorator
-        value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))
-    return value
-
-
-def _invoke_other(guard: Guard, call: _Call, spec: ToolSpec) -> Any:
-    """A tool with a context parameter, a timeout or a coroutine body, or under a deadline."""
     kwargs = call.kwargs if spec.context_param is None else _with_context(guard, call)
     deadline = guard.deadline
     if spec.timeout is None and not spec.is_async and not guard.isolate_sync_tools and (
             deadline is None or deadline > time.monotonic() - call.started):
-        return spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
-    return _invoke_bounded(guard, call, spec, kwargs)
+        value = spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
+    else:
+        value = _invoke_bounded(guard, call, spec, kwargs)
+    if hasattr(value, "__await__"):  # an async tool behind a plain decorator
+        value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))
+    return value
 
 
 def _invoke_bounded(guard: Guard, call: _Call, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:

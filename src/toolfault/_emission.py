@@ -65,13 +65,10 @@ class Emitter:
         at, took = int(now * 1e6), int(duration * 1e6)
         if sink is not None and len(observers) == 1 and observers[0] is sink \
                 and sink._redactor is redactor:
-            fingerprint = result._fingerprint  # resolved here: the property's work, inline
-            if callable(fingerprint):
-                fingerprint = fingerprint()
             try:
                 sink._redacted_call(_trace.call_line(
                     redactor.secrets, result.tool, result.call_id, g.task_id, g._turn,
-                    fingerprint, result, call.dispatched,
+                    result.fingerprint, result, call.dispatched,
                     0 if result.ok else g.count_tokens(result.text), g.mode,
                     _trace.args_json(redactor, args, call.sent)
                     if isinstance(args, dict) else "null",

@@ -34,11 +34,11 @@ from toolfault._admission import CallKey, LazyFingerprint
 from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Raised, _Value
 from toolfault._classify import Failure, from_entry, from_exception
 from toolfault._errors import FailureClass, Outcome, StateUnavailableError
-from toolfault._fingerprint import MAX_CANONICAL_BYTES, fingerprint, fingerprint_json_values
+from toolfault._fingerprint import fingerprint, fingerprint_json_values
 from toolfault._message import echo_args
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult, new_result
-from toolfault._schema import ArgumentProblem, PydanticValidator
+from toolfault._schema import PLAIN_CHARS, PLAIN_ITEMS, ArgumentProblem, PydanticValidator
 from toolfault._tool import ToolSpec
 
 if TYPE_CHECKING:
@@ -570,7 +570,7 @@ def _lazy_json(text: str) -> bool:
 def _plain(args: dict[str, Any]) -> bool:
     """Arguments the canonical fingerprint surely accepts (so it may be computed later):
     string keys; strings, ints, bools, nulls, finite floats and flat lists of them."""
-    budget = MAX_CANONICAL_BYTES // 4
+    budget = PLAIN_CHARS
     for key, value in args.items():
         if type(key) is not str:
             return False
@@ -581,7 +581,7 @@ def _plain(args: dict[str, Any]) -> bool:
             if value - value != 0.0:  # NaN or infinity
                 return False
         elif kind is list:
-            if len(value) > 1_000:
+            if len(value) > PLAIN_ITEMS:
                 return False
             for item in value:
                 sub = type(item)

@@ -179,19 +179,19 @@ _is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
 
 #: Keys found not secret-named (exact strs; the names decide, whatever secrets are added
 #: later): a tool's arguments repeat their keys, so usually one set check decides them all.
-_PLAIN_KEYS: set[str] = set()
-_PLAIN_KEYS_MAX = 4096
+_NOT_SECRET_KEYS: set[str] = set()
+_NOT_SECRET_KEYS_MAX = 4096
 
 
 def _no_secret_key(obj: dict[Any, Any]) -> bool:
     """Whether every key of ``obj`` is an exact ``str`` that does not name a secret."""
-    if _PLAIN_KEYS.issuperset(obj):
+    if _NOT_SECRET_KEYS.issuperset(obj):
         return True
     for key in obj:
         if type(key) is not str or _is_secret_key(key):
             return False
-    if len(_PLAIN_KEYS) < _PLAIN_KEYS_MAX:
-        _PLAIN_KEYS.update(obj)
+    if len(_NOT_SECRET_KEYS) < _NOT_SECRET_KEYS_MAX:
+        _NOT_SECRET_KEYS.update(obj)
     return True
 
 #: What may sit between the characters of a secret split across lines: whitespace, and the

@@ -28,6 +28,8 @@ import pydantic_core
 from pydantic import ConfigDict, TypeAdapter
 from typing_extensions import TypedDict
 
+from toolfault._fingerprint import MAX_CANONICAL_BYTES
+
 if TYPE_CHECKING:
     import jsonschema
 
@@ -338,10 +340,11 @@ class JsonSchemaValidator:
         )
 
 
-#: What plain arguments may hold: characters in all their strings, items in one list (the
-#: bounds ``_plain`` in the pipeline sets: their canonical text stays far below the limit).
-_PLAIN_CHARS = 500_000
-_PLAIN_ITEMS = 1_000
+#: What plain arguments may hold: characters in all their strings, items in one list
+#: (their canonical text stays far below the limit).  ``_plain`` in the pipeline checks the
+#: same bounds value by value where a tool has no twin.
+PLAIN_CHARS = MAX_CANONICAL_BYTES // 4
+PLAIN_ITEMS = 1_000
 #: Ints a float holds exactly (beyond them the tool's validator makes an int a float).
 _EXACT_INT = 2 ** 53
 #: Bounds a number's schema may carry (they apply to an int sent for a ``float`` too).
@@ -358,7 +361,7 @@ def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
     same values (an int sent for a ``float`` stays an int, as the tool's validator keeps
     it), so the guard validates once: strictly, before admission, instead of checking each
     value for the deferred fingerprint (``_plain`` in the pipeline) and validating after.
-    The length bounds split ``_PLAIN_CHARS`` between the fields; a longer value is not
+    The length bounds split ``PLAIN_CHARS`` between the fields; a longer value is not
     refused by the guard, only validated the usual way.  Its fields are in sorted order, and
     so are the arguments it returns.
     """
@@ -366,7 +369,7 @@ def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     fields: dict[str, Any] = {}
     strings = sum(1 for f in schema.get("fields", {}).values() if _holds_text(f["schema"]))
-    share = _PLAIN_CHARS // max(strings, 1)
+    share = PLAIN_CHARS // max(strings, 1)
     # In sorted order: the twin returns its fields in this order, so arguments it validated
     # from JSON text are in the fingerprint's order already.
     for name, field in sorted(schema.get("fields", {}).items()):
@@ -398,11 +401,11 @@ def _plain_value(schema: Mapping[str, Any], share: int) -> dict[str, Any] | None
         inner = _plain_value(schema.get("schema", {}), share)
         return None if inner is None else {**schema, "schema": inner}
     if kind == "list":
-        items = _plain_scalar(schema.get("items_schema", {}), share // _PLAIN_ITEMS)
+        items = _plain_scalar(schema.get("items_schema", {}), share // PLAIN_ITEMS)
         if items is None:
             return None
         return {**schema, "items_schema": items,
-                "max_length": min(schema.get("max_length", _PLAIN_ITEMS), _PLAIN_ITEMS)}
+                "max_length": min(schema.get("max_length", PLAIN_ITEMS), PLAIN_ITEMS)}
     return _plain_scalar(schema, share)
 
 

@@ -111,8 +111,6 @@ class ToolSpec:
     explicit_schema: bool = False
     #: A sync, side-effect-free tool without timeout or context: its fingerprint may wait.
     plain: bool = field(init=False, default=False)
-    #: A sync tool without timeout or context: called as it is, on the caller's thread.
-    direct: bool = field(init=False, default=False)
     #: The raw pydantic-core validator (raises on bad input); or None.
     fast_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         init=False, default=None, repr=False)
@@ -130,9 +128,8 @@ class ToolSpec:
     list_params: tuple[str, ...] = field(init=False, default=(), repr=False)
 
     def __post_init__(self) -> None:
-        self.direct = not (self.is_async or self.timeout is not None
-                           or self.context_param is not None)
-        self.plain = self.direct and not self.side_effect
+        self.plain = not (self.side_effect or self.is_async or self.timeout is not None
+                          or self.context_param is not None)
         self.fast_validate = getattr(self.validator, "fast_validate", None)
         if self.plain and not self.normalizers:
             self.plain_validate = getattr(self.validator, "plain_validate", None)

@@ -190,17 +190,15 @@ def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str,
     quote = _quote
     if type(tool) is str and type(call_id) is str and type(task) is str and type(mode) is str:
         # Text fields as they come (the usual case): redacted and quoted, no frame between.
-        return _line_text(
-            quote(secrets(tool)), quote(secrets(call_id)), quote(secrets(task)), turn,
-            fingerprint, done, "null" if code is None else quote(_redacted(code, secrets)),
-            dispatched, error_tokens, quote(secrets(mode)), args, side_effect, duration_s,
-            shadow, at)
+        texts = quote(secrets(tool)), quote(secrets(call_id)), quote(secrets(task)), \
+            quote(secrets(mode))
+    else:
+        texts = quote(_redacted(tool, secrets)), quote(_redacted(call_id, secrets)), \
+            quote(_redacted(task, secrets)), quote(_redacted(mode, secrets))
     return _line_text(
-        quote(_redacted(tool, secrets)), quote(_redacted(call_id, secrets)),
-        quote(_redacted(task, secrets)), turn, fingerprint, done,
+        texts[0], texts[1], texts[2], turn, fingerprint, done,
         "null" if code is None else quote(_redacted(code, secrets)), dispatched,
-        error_tokens, quote(_redacted(mode, secrets)), args, side_effect, duration_s,
-        shadow, at)
+        error_tokens, texts[3], args, side_effect, duration_s, shadow, at)
 
 
 #: The fields ``ok`` to ``blocked`` of every success (a result with no failure).
