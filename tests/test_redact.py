@@ -411,3 +411,33 @@ def test_short_registered_secrets_in_arguments_are_redacted_after_an_add() -> No
     redactor.add("9a8b")
     assert redactor.value(args) == {"code": "[REDACTED]", "codes": ["[REDACTED]", "x"],
                                     "ok": "abc"}
+
+
+def test_quoted_text_is_redacted_json_and_forgotten_when_a_secret_is_added() -> None:
+    """``quoted`` is the JSON string of the redacted text; what it remembered is dropped by
+    ``add``, so a name registered later is hidden from the next line on."""
+    redactor = Redactor(scan_env=False)
+    assert redactor.quoted('tab\t"q"') == json.dumps('tab\t"q"')
+    assert redactor.quoted("orders-db-7") == '"orders-db-7"'
+    assert redactor.quoted("orders-db-7") == '"orders-db-7"'  # from memory
+    redactor.add("orders-db-7")
+    assert redactor.quoted("orders-db-7") == '"[REDACTED]"'
+    assert json.loads(redactor.quoted("key sk-" + "a" * 20)) == "key [REDACTED]"
+
+
+def test_own_call_ids_are_plain_until_a_form_could_hide_in_one() -> None:
+    """A call id the guard made holds only ``call_``, hex digits and digits: it needs no
+    redaction unless a registered secret is spelt in those characters alone."""
+    from toolfault._call import _new_call_id, is_own_call_id
+
+    call_id = _new_call_id()
+    assert is_own_call_id(call_id)
+    assert not is_own_call_id(call_id + "x")
+    assert not is_own_call_id(call_id + "\u0661")  # an Arabic-Indic digit is no ASCII digit
+    assert not is_own_call_id("call_" + "0" * 12 + "_1")  # another process's head
+    assert not is_own_call_id(type("Id", (str,), {})(call_id))
+    assert Redactor(["Password-1234"], scan_env=False).plain_ids
+    assert not Redactor(["dead_beef"], scan_env=False).plain_ids
+    redactor = Redactor(scan_env=False)
+    redactor.add("12345678")  # digits: a form that a call counter could spell
+    assert not redactor.plain_ids

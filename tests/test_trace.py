@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from toolfault import Guard, Limits, ToolError
+from toolfault import Guard, Limits, Redactor, ToolError
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -381,8 +381,16 @@ def test_a_fork_waits_for_a_sink_another_thread_holds(
     assert '"from": "child"' in path.read_text()
 
 
+def _own_head() -> str:
+    """The head of the call ids this process makes (read late: a fork changes it)."""
+    from toolfault import _call
+
+    return _call._id_head
+
+
 @settings(max_examples=300, deadline=None)
-@given(tool=st.text(max_size=8), call_id=st.text(max_size=8), task=st.text(max_size=8),
+@given(tool=st.text(max_size=8), task=st.text(max_size=8),
+       call_id=st.text(max_size=8) | st.integers(0, 10**12).map(lambda n: f"{_own_head()}{n}"),
        turn=st.integers() | st.booleans(), attempts=st.integers(1, 3),
        dispatched=st.booleans(), error_tokens=st.integers(0, 2), side_effect=st.booleans(),
        shadow=st.none() | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
@@ -398,11 +406,14 @@ def test_a_success_line_is_json_dumps_of_the_record(
 
     result = new_result(tool, True, "{}", {}, attempts, call_id, None, "ab" * 32)
     args_text = json.dumps(args, ensure_ascii=False, default=str)
-    line = call_line(lambda text: text, tool, call_id, task, turn, "ab" * 32, result,
+    redactor = Redactor(scan_env=False)
+    line = call_line(redactor, tool, call_id, task, turn, "ab" * 32, result,
                      dispatched, error_tokens, "enforce", args_text, side_effect,
                      micros(duration), shadow, micros(at))
+    hide = redactor.secrets
     expected = {
-        "tool": tool, "call_id": call_id, "task": task, "turn": turn, "fingerprint": "ab" * 32,
+        "tool": hide(tool), "call_id": hide(call_id), "task": hide(task), "turn": turn,
+        "fingerprint": "ab" * 32,
         "ok": True, "code": None, "outcome": "none", "terminal": False, "blocked": False,
         "attempts": attempts, "dispatched": dispatched, "error_tokens": error_tokens,
         "mode": "enforce", "args": "\0args", "side_effect": side_effect,
@@ -456,3 +467,31 @@ def test_a_forked_child_never_writes_the_parents_lines_again(tmp_path: Path) -> 
     sink.close()
     written = [json.loads(line)["n"] for line in path.read_text().splitlines()]
     assert sorted(map(str, written)) == ["0", "1", "2", "child"]
+
+
+def test_a_secret_spelt_in_a_call_id_is_redacted_from_the_line(tmp_path: Path) -> None:
+    """An id the guard made is written as it is, until a registered secret could be spelt
+    in it; a caller's id is always redacted."""
+    from toolfault import _call
+
+    path = tmp_path / "trace.jsonl"
+    guard = Guard(scan_env_secrets=False, trace=path)
+
+    @guard.tool
+    def ping(n: int) -> int:
+        return n
+
+    first = guard.call("ping", {"n": 1})
+    guard.add_secret("model-9f8e7d6c")
+    given = guard.call("ping", {"n": 2}, call_id="call_model-9f8e7d6c")
+    head = _call._id_head[len("call_"):-1]  # the hex digits every id of this process holds
+    guard.add_secret(head)
+    last = guard.call("ping", {"n": 3})
+    guard.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["args"]["n"] for line in lines] == [1, 2, 3]
+    assert lines[0]["call_id"] == first.call_id
+    assert given.call_id == "call_model-9f8e7d6c"
+    assert lines[1]["call_id"] == "call_[REDACTED]"
+    assert head in last.call_id
+    assert head not in lines[2]["call_id"] and "[REDACTED]" in lines[2]["call_id"]

@@ -67,7 +67,7 @@ class Emitter:
                 and sink._redactor is redactor:
             try:
                 sink._redacted_call(_trace.call_line(
-                    redactor.secrets, result.tool, result.call_id, g.task_id, g._turn,
+                    redactor, result.tool, result.call_id, g.task_id, g._turn,
                     result.fingerprint, result, call.dispatched,
                     0 if result.ok else g.count_tokens(result.text), g.mode,
                     _trace.args_json(redactor, args, call.sent)

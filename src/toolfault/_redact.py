@@ -57,6 +57,10 @@ SHORTEST_SHAPE = 7
 #: them): argument names, enum values and catalog words recur on every call.
 _CLEAN_LEN = 128
 _CLEAN_ENTRIES = 4096
+#: The characters of a call id toolfault makes (``call_``, hex digits, ``_``, digits): a
+#: registered form made of others cannot occur in one.
+_OWN_ID_CHARS = frozenset("call_0123456789abcdef")
+_quote = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s C escaper
 #: Fewer opening brackets than this cannot nest to the depth where ``Redactor.value`` stops.
 _VERBATIM_BRACKETS = 63
 
@@ -257,7 +261,8 @@ def secret_forms(secret: str) -> set[str]:
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_secrets", "_shortest")
+    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_quoted", "_secrets",
+                 "_shortest", "plain_ids")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
         self._secrets: set[str] = set()
@@ -269,6 +274,11 @@ class Redactor:
         #: Short strings already found clean under the current forms (replaced, never
         #: mutated, by :meth:`add`, so a check racing an ``add`` fills a set no one reads).
         self._clean: set[str] = set()
+        #: :meth:`quoted`'s memory, kept and replaced as ``_clean`` is.
+        self._quoted: dict[str, str] = {}
+        #: Whether no registered form could hide in a call id of toolfault's own making
+        #: (see :func:`toolfault._call.is_own_call_id`): then such an id needs no redaction.
+        self.plain_ids = True
         values = list(secrets)
         if scan_env:
             values.extend(
@@ -295,7 +305,10 @@ class Redactor:
             else SHORTEST_SHAPE
         self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
                               or f in "-infinity")
-        self._clean = set()  # after the forms: whoever sees the new set sees the new forms
+        self.plain_ids = not any(_OWN_ID_CHARS.issuperset(form) for form in self._forms)
+        # After the forms: whoever sees the new memories sees the new forms.
+        self._clean = set()
+        self._quoted = {}
 
     def _registered(self, text: str) -> str:
         """Replace registered secrets in any of their forms (see :func:`secret_forms`)."""
@@ -357,6 +370,24 @@ class Redactor:
             if len(clean) >= _CLEAN_ENTRIES:
                 clean.clear()
             clean.add(text)
+        return out
+
+    def quoted(self, text: str) -> str:
+        """``text`` redacted, as a JSON string (quoted and escaped): a trace line's text field.
+
+        Remembered for short strings under the current forms, as :meth:`secrets` remembers
+        clean ones: a tool's name, a task id and a mode recur on every line.
+        """
+        memory = self._quoted
+        exact = type(text) is str  # a str subclass may redefine equality: never remembered
+        found = memory.get(text) if exact else None
+        if found is not None:
+            return found
+        out = _quote(self.secrets(text))
+        if exact and len(text) <= _CLEAN_LEN:
+            if len(memory) >= _CLEAN_ENTRIES:
+                memory.clear()
+            memory[text] = out
         return out
 
     def _scrub(self, text: str) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from toolfault._call import is_own_call_id
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
 from toolfault._redact import Redactor
@@ -148,10 +149,10 @@ class CallEvent:
                           self._shadow, _json(self._at))
 
 
-    def _redacted_jsonl(self, secrets: Callable[[str], str]) -> str:
-        """:meth:`to_jsonl` for an event whose args and shadow the redactor behind
-        ``secrets`` already redacted (see :func:`call_line`)."""
-        return call_line(secrets, self._tool, self._call_id, self._task, self._turn,
+    def _redacted_jsonl(self, redactor: Redactor) -> str:
+        """:meth:`to_jsonl` for an event whose args and shadow ``redactor`` already redacted
+        (see :func:`call_line`)."""
+        return call_line(redactor, self._tool, self._call_id, self._task, self._turn,
                          self.fingerprint, self, self._dispatched, self._error_tokens,
                          self._mode, _json(self.args), self._side_effect,
                          _json(self._duration_s), self._shadow, _json(self._at))
@@ -174,12 +175,12 @@ class _Done(Protocol):
     def attempts(self) -> int: ...
 
 
-def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str, turn: int,
+def call_line(redactor: Redactor, tool: str, call_id: str, task: str, turn: int,
               fingerprint: str, done: _Done, dispatched: bool, error_tokens: int, mode: str,
               args: str, side_effect: bool, duration_s: str, shadow: Mapping[str, Any] | None,
               at: str) -> str:
     """A call line (what :meth:`CallEvent.to_jsonl` writes) from ``args`` (JSON text) and
-    ``shadow`` already redacted, its text fields redacted here by ``secrets``, one by one;
+    ``shadow`` already redacted by ``redactor``, its text fields redacted here, one by one;
     ``duration_s`` and ``at`` are JSON numbers' text.
 
     Equal to redacting the whole line, without a pass over the line: field names are fixed
@@ -187,17 +188,23 @@ def call_line(secrets: Callable[[str], str], tool: str, call_id: str, task: str,
     already checked every string, key and number of the arguments (see :func:`args_json`).
     """
     code = None if getattr(done, "failure", False) is None else done.code  # None: a success
-    quote = _quote
     if type(tool) is str and type(call_id) is str and type(task) is str and type(mode) is str:
-        # Text fields as they come (the usual case): redacted and quoted, no frame between.
-        texts = quote(secrets(tool)), quote(secrets(call_id)), quote(secrets(task)), \
-            quote(secrets(mode))
+        # Text fields as they come (the usual case): the tool, task and mode as the
+        # redactor remembers them quoted, an id of the guard's own making as it is (neither
+        # a credential shape nor a registered form can be in one: see Redactor.plain_ids).
+        memory = redactor._quoted
+        texts = (memory.get(tool) or redactor.quoted(tool),
+                 f'"{call_id}"' if redactor.plain_ids and is_own_call_id(call_id)
+                 else _quote(redactor.secrets(call_id)),
+                 memory.get(task) or redactor.quoted(task),
+                 memory.get(mode) or redactor.quoted(mode))
     else:
-        texts = quote(_redacted(tool, secrets)), quote(_redacted(call_id, secrets)), \
-            quote(_redacted(task, secrets)), quote(_redacted(mode, secrets))
+        secrets = redactor.secrets
+        texts = _quote(_redacted(tool, secrets)), _quote(_redacted(call_id, secrets)), \
+            _quote(_redacted(task, secrets)), _quote(_redacted(mode, secrets))
     return _line_text(
         texts[0], texts[1], texts[2], turn, fingerprint, done,
-        "null" if code is None else quote(_redacted(code, secrets)), dispatched,
+        "null" if code is None else _quote(_redacted(code, redactor.secrets)), dispatched,
         error_tokens, texts[3], args, side_effect, duration_s, shadow, at)
 
 
@@ -365,7 +372,7 @@ class JsonlSink:
 
     def __call__(self, event: CallEvent) -> None:
         if event._by is not None and event._by is self._redactor:
-            self._line(event._redacted_jsonl(self._redactor.secrets), now=False, done=True)
+            self._line(event._redacted_jsonl(self._redactor), now=False, done=True)
         else:
             self._line(event.to_jsonl(), now=False)
 
