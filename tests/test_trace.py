@@ -193,6 +193,47 @@ def test_incidents_flush_at_once_and_close_flushes_the_rest(tmp_path: Path) -> N
         ["a", None, "b"]
 
 
+def test_call_lines_reach_the_file_in_order_across_batches(tmp_path: Path) -> None:
+    """Lines kept in memory are written in batches: none lost, none reordered, an incident
+    after every call line before it."""
+    from toolfault._trace import _PENDING_LINES, JsonlSink
+
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, flush_interval=60)
+    count = 2 * _PENDING_LINES + 7
+    for n in range(count):
+        sink(_event(tool=f"t{n}"))  # type: ignore[arg-type]
+        if n == _PENDING_LINES + 3:
+            sink.write({"type": "incident", "kind": "retry_cap"})
+    sink.close()
+    tools = [json.loads(x).get("tool", "incident") for x in path.read_text().splitlines()]
+    calls = [f"t{n}" for n in range(count)]
+    assert tools == [*calls[:_PENDING_LINES + 4], "incident", *calls[_PENDING_LINES + 4:]]
+
+
+def test_a_forked_child_never_writes_the_parents_waiting_lines_again(
+        tmp_path: Path, in_forked_child: Callable[..., bytes]) -> None:
+    """Lines waiting in the parent are written before the fork: the child, closing its copy
+    of the sink, writes only its own."""
+    from toolfault._trace import JsonlSink
+
+    path = tmp_path / "trace.jsonl"
+    sink = JsonlSink(path, flush_interval=60)
+    for n in range(3):
+        sink(_event(tool=f"parent{n}"))  # type: ignore[arg-type]
+
+    def child() -> bool:
+        sink(_event(tool="child"))  # type: ignore[arg-type]
+        sink.close()
+        return True
+
+    assert in_forked_child(child) == b"1"
+    sink(_event(tool="parent3"))  # type: ignore[arg-type]
+    sink.close()
+    tools = [json.loads(x)["tool"] for x in path.read_text().splitlines()]
+    assert sorted(tools) == ["child", "parent0", "parent1", "parent2", "parent3"]
+
+
 def test_every_line_is_flushed_with_a_zero_interval(tmp_path: Path) -> None:
     """flush_interval=0 writes each line through, as a log being tailed wants."""
     from toolfault._trace import JsonlSink

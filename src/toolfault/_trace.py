@@ -328,15 +328,19 @@ def _json(value: Any) -> str:
 
 #: Bytes a trace file buffers between flushes (a line is about 600).
 _FILE_BUFFER = 1 << 18
+#: Call lines kept in memory before they are written as one piece (about 300 KB).
+_PENDING_LINES = 512
 
 
 class JsonlSink:
     """Appends one JSON line per call and per incident; thread-safe.
 
-    Durability is traded for speed on purpose: a call's line goes into the file's buffer and
-    reaches the file within ``flush_interval`` seconds (a timer flushes it, whether or not
-    more calls come), at :meth:`flush` and :meth:`close`, and at interpreter exit.  An incident
-    line is flushed at once, with everything before it.  So a crash that skips ``atexit``
+    Durability is traded for speed on purpose: a call's line is kept in memory (a stream
+    given by the user gets it at once) and reaches the file within ``flush_interval``
+    seconds (a timer writes and flushes it, whether or not more calls come), when
+    ``_PENDING_LINES`` are waiting, at :meth:`flush` and :meth:`close`, before a fork and at
+    interpreter exit.  An incident line is flushed at
+    once, with everything before it, in order.  So a crash that skips ``atexit``
     (``kill -9``, power loss) loses at most the call lines of the last interval.
     ``flush_interval=0`` flushes every line, as a log you tail may want.
     """
@@ -355,8 +359,11 @@ class JsonlSink:
         self._interval = flush_interval
         self._timer: threading.Timer | None = None
         self._closed = False
+        #: Call lines not yet written: appending one costs a fraction of a file write, and
+        #: the file gets them joined, in one write per batch.
+        self._pending: list[str] = []
         if isinstance(target, (str, Path)):
-            # A buffer of many lines: the timer flushes it anyway, and each write to the
+            # Batches of many lines: the timer flushes them anyway, and each write to the
             # file costs a system call, so fewer and larger ones (8 KiB by default).
             self._file: IO[str] = open(target, "a", encoding="utf-8",  # noqa: SIM115
                                        buffering=_FILE_BUFFER)
@@ -364,6 +371,9 @@ class JsonlSink:
         else:
             self._file = target
             self._owned = False
+        #: Lines kept before a write: a stream of the user's (stderr, a socket, a pipe) gets
+        #: each line at once, as before; only its flush waits for the timer.
+        self._batch = _PENDING_LINES if self._owned and flush_interval > 0 else 1
         _flush_at_exit(self)
 
     def write(self, record: dict[str, Any]) -> None:
@@ -377,39 +387,63 @@ class JsonlSink:
             self._line(event.to_jsonl(), now=False)
 
     def _redacted_call(self, line: str) -> None:
-        """Append a call line already redacted field by field with this sink's Redactor
+        """Keep a call line already redacted field by field with this sink's Redactor
         (:func:`call_line`): the guard's path when no other observer needs an event."""
-        self._line(line, now=False, done=True)
+        lock = self._lock
+        lock.acquire()  # not ``with``: on every traced call
+        try:
+            if self._closed:
+                return
+            pending = self._pending
+            pending.append(line)
+            if len(pending) >= self._batch:
+                self._write_pending(flush=self._interval <= 0)
+            if self._timer is None and self._interval > 0:
+                self._start_timer()
+        finally:
+            lock.release()
 
     def _line(self, line: str, *, now: bool, done: bool = False) -> None:
         if self._redact is not None and not done:
             line = self._redact(line)
+        if not now:
+            self._redacted_call(line)
+            return
         with self._lock:
             if self._closed:
                 return
-            self._file.write(line + "\n")
-            if now or self._interval <= 0:
-                self._file.flush()
-            elif self._timer is None:
-                timer = threading.Timer(self._interval, self._flush_later)
-                timer.daemon = True
-                self._timer = timer
-                timer.start()
+            self._pending.append(line)
+            self._write_pending(flush=True)
+
+    def _start_timer(self) -> None:
+        timer = threading.Timer(self._interval, self._flush_later)
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _write_pending(self, *, flush: bool) -> None:
+        """Write the waiting lines, in order, as one piece (call with the lock held)."""
+        pending = self._pending
+        if pending:
+            self._pending = []
+            self._file.write("\n".join(pending) + "\n")
+        if flush:
+            self._file.flush()
 
     def _flush_later(self) -> None:
         try:
             with self._lock:
                 self._timer = None
                 if not self._closed:
-                    self._file.flush()
+                    self._write_pending(flush=True)
         except (OSError, ValueError):  # the user closed their stream: nothing to keep
             pass
 
     def flush(self) -> None:
-        """Write every buffered line to the file now."""
+        """Write every waiting line to the file now."""
         with self._lock:
             if not self._closed:
-                self._file.flush()
+                self._write_pending(flush=True)
 
     def close(self) -> None:
         """Flush, stop the timer and close the file (a stream given by the user stays open)."""
@@ -419,7 +453,7 @@ class JsonlSink:
             self._closed = True
             timer, self._timer = self._timer, None
             try:
-                self._file.flush()
+                self._write_pending(flush=True)
             except (OSError, ValueError):
                 pass
             if self._owned:
@@ -448,7 +482,7 @@ def _sinks_before_fork() -> None:
         _FORKING.append(sink)
         try:
             if not sink._closed:
-                sink._file.flush()
+                sink._write_pending(flush=True)
         except (OSError, ValueError):  # the user closed their stream: nothing to keep
             pass
 
@@ -460,11 +494,13 @@ def _sinks_after_fork_in_parent() -> None:
 
 def _sinks_after_fork_in_child() -> None:
     """In a forked child: the parent's flush timer does not exist here; each sink gets a
-    fresh lock (the copied one is held by the fork itself)."""
+    fresh lock (the copied one is held by the fork itself) and no line of the parent's (it
+    wrote them before the fork)."""
     _FORKING.clear()
     for sink in list(_OPEN_SINKS):
         sink._lock = threading.Lock()
         sink._timer = None
+        sink._pending = []
 
 
 os.register_at_fork(before=_sinks_before_fork, after_in_parent=_sinks_after_fork_in_parent,
