@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,23 @@ def test_a_file_from_before_holders_gains_the_holder_column(tmp_path: Path) -> N
         assert store.acquire("t1", "old", 30, "other")
     finally:
         store.close()
+
+
+def test_a_child_forked_while_a_thread_holds_the_store_lock_does_not_hang(
+        tmp_path: Path, in_forked_child: Callable[..., bytes]) -> None:
+    """A thread of the parent held the store's lock (connecting, settling) at the fork: that
+    thread does not exist in the child, which still counts, writes and reads its ledger."""
+    store = SQLiteStore(tmp_path / "s.db")
+    key = CallKey("t1", 0, "f" * 64)
+    assert store.admit(request(key, max_calls=5)).admitted
+
+    def child() -> bool:
+        admitted = store.admit(request(key, max_calls=5)).admitted
+        store.put_ledger(LedgerEntry(call_id="c-child", task="t1", tool="pay",
+                                     fingerprint="f" * 64, idempotency_key=None, args={},
+                                     effect=Outcome.APPLIED))
+        return admitted and store.ledger_call("t1", "c-child") is not None
+
+    assert in_forked_child(child, holding=[store._lock], seconds=10.0) == b"1"
+    assert store.ledger_call("t1", "c-child") is not None  # the same file, seen from here
+    store.close()

@@ -31,6 +31,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Literal
 
+from toolfault._forking import renew_locks_after_fork
 from toolfault._records import Incident, LedgerEntry
 from toolfault._state import SPEND_EPSILON, Admission, AdmissionRequest, CallKey, ceilings_of
 from toolfault.stores._deferred import DeferredSettles
@@ -169,6 +170,7 @@ class SQLiteStore:
         self._write_lock = _write_lock(self.path)
         self._connections: list[sqlite3.Connection] = []
         self._pid = os.getpid()
+        renew_locks_after_fork(self)
         self._closed = False
         self._next_prune = 0.0
         #: request -> its reservation's row id, while the call holds one
@@ -197,6 +199,12 @@ class SQLiteStore:
             db.execute(_LEDGER_KEY_INDEX)
 
     # -- connections ------------------------------------------------------------------
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh lock (a thread of the parent, connecting or settling,
+        may have held it at the fork: that thread does not exist here).  The first
+        connection in the child drops the parent's and takes the file's write lock anew."""
+        self._lock = threading.Lock()
+
     def _connect(self) -> sqlite3.Connection:
         if self._closed:
             raise sqlite3.ProgrammingError("the store is closed")
