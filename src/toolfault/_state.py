@@ -16,6 +16,7 @@ embedded durable file ``SQLiteStore``; a fleet of workers ``RedisStore``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import logging
 import threading
@@ -835,10 +836,16 @@ class KeyKeeper:
     only while keys are held.  So a key expires when the process holding it is gone, or
     ``max_hold`` seconds after it was claimed (an attempt hung for an hour no longer blocks
     its action for the life of the process); a key found lost at renewal is logged.
+
+    Renewals run on up to ``RENEWERS`` worker threads, so one slow renewal (a store that
+    takes seconds to answer for one key) does not hold back the others' renewals; a key
+    whose renewal is still running is not renewed again meanwhile.
     """
 
     #: Seconds after its claim a key stops being renewed (its TTL then runs out).
     MAX_HOLD = 3600.0
+    #: Renewals running at once.
+    RENEWERS = 4
 
     def __init__(self, extend: Callable[[str, str, float, str], bool], *,
                  max_hold: float = MAX_HOLD) -> None:
@@ -848,15 +855,18 @@ class KeyKeeper:
         self._keys: dict[tuple[str, str, str], list[float]] = {}
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Keys whose renewal is running now.
+        self._renewing: set[tuple[str, str, str]] = set()
         #: Keys found lost at renewal (for tests and operators).
         self.lost = 0
         renew_locks_after_fork(self)
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's thread and keys are not ours, and the parent's
+        """In a forked child: the parent's threads and keys are not ours, and the parent's
         thread may have held the condition's lock at the fork (it would never be released)."""
         self._changed = threading.Condition()
-        self._thread, self._keys = None, {}
+        self._thread, self._pool, self._keys, self._renewing = None, None, {}, set()
 
     def hold(self, task: str, token: str, holder: str, ttl: float) -> None:
         """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds)."""
@@ -866,8 +876,10 @@ class KeyKeeper:
             until = kept[2] if kept is not None else now + self.max_hold
             self._keys[(task, token, holder)] = [ttl, now + ttl / 3, until]
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="toolfault-keys",
-                                                daemon=True)
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self.RENEWERS, thread_name_prefix="toolfault-key-renewal")
+                self._thread = threading.Thread(target=self._run, args=(self._pool,),
+                                                name="toolfault-keys", daemon=True)
                 self._thread.start()
             self._changed.notify()
 
@@ -888,39 +900,51 @@ class KeyKeeper:
         """How many keys are being kept now."""
         return len(self._keys)
 
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                if not self._keys:
-                    self._thread = None  # nothing held: the thread ends (a new hold starts one)
-                    return
-                now = time.monotonic()
-                ready = [(key, kept[0]) for key, kept in self._keys.items() if kept[1] <= now]
-                if not ready:
-                    self._changed.wait(min(kept[1] for kept in self._keys.values()) - now)
+    def _run(self, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        try:
+            while self._schedule(pool):
+                pass
+        finally:
+            pool.shutdown(wait=False)  # renewals still running finish on their own
+
+    def _schedule(self, pool: concurrent.futures.ThreadPoolExecutor) -> bool:
+        """Hand the keys due for renewal to the pool, or wait until one is due; ``False``
+        when nothing is held (the thread ends: a new hold starts one)."""
+        with self._changed:
+            if not self._keys:
+                self._thread = None
+                return False
+            now = time.monotonic()
+            due = [key for key, kept in self._keys.items() if kept[1] <= now]
+            if not due:
+                self._changed.wait(min(kept[1] for kept in self._keys.values()) - now)
+                return True
+            for key in due:
+                kept = self._keys[key]
+                if kept[2] <= now:  # held past max_hold: its TTL decides from here
+                    del self._keys[key]
+                    log.warning("toolfault: an idempotency key was held for %.0f s; it is "
+                                "no longer renewed", self.max_hold)
                     continue
-                renew = []
-                for key, ttl in ready:
-                    kept = self._keys[key]
-                    if kept[2] <= now:  # held past max_hold: its TTL decides from here
-                        del self._keys[key]
-                        log.warning("toolfault: an idempotency key was held for %.0f s; it is "
-                                    "no longer renewed", self.max_hold)
-                    else:
-                        kept[1] = now + ttl / 3
-                        renew.append((key, ttl))
-            for key, ttl in renew:
-                try:
-                    kept_key = self._extend(key[0], key[1], ttl, key[2])
-                except Exception:  # noqa: BLE001 - try again next time; the TTL is the backstop
-                    kept_key = True
-                if not kept_key:
-                    with self._changed:
-                        still_held = self._keys.pop(key, None) is not None
-                    if still_held:  # not released meanwhile: really lost
-                        self.lost += 1
-                        log.warning("toolfault: an idempotency key expired while its call "
-                                    "still ran, and another call may hold it now")
+                kept[1] = now + kept[0] / 3
+                if key not in self._renewing:  # else its last renewal is still running
+                    self._renewing.add(key)
+                    pool.submit(self._renew, key, kept[0])
+        return True
+
+    def _renew(self, key: tuple[str, str, str], ttl: float) -> None:
+        try:
+            kept_key = self._extend(key[0], key[1], ttl, key[2])
+        except Exception:  # noqa: BLE001 - try again next time; the TTL is the backstop
+            kept_key = True
+        with self._changed:
+            self._renewing.discard(key)
+            lost = not kept_key and self._keys.pop(key, None) is not None
+            if lost:  # not released meanwhile: really lost
+                self.lost += 1
+        if lost:
+            log.warning("toolfault: an idempotency key expired while its call still ran, "
+                        "and another call may hold it now")
 
 
 def _takes_holders(store: object) -> bool:

@@ -377,3 +377,39 @@ def test_a_child_forked_during_a_write_back_does_not_deadlock(
             "t1", "child", 30, "other")
 
     assert in_forked_child(child, holding=[outage._recovering, outage._lock]) == b"1"
+
+
+class _SlowFor(MemoryStore):
+    """A store whose renewal of one key takes ``seconds`` (a slow answer for one key)."""
+
+    def __init__(self, token: str, seconds: float) -> None:
+        super().__init__()
+        self.token, self.seconds = token, seconds
+        self.running = self.most = 0  # renewals of that key running at once
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        if token == self.token:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            time.sleep(self.seconds)
+            self.running -= 1
+        return super().extend(task, token, ttl, holder)
+
+
+def test_a_slow_renewal_does_not_hold_back_the_other_keys() -> None:
+    """One key's renewal takes twice another key's whole TTL: the other key is still
+    renewed in time, and the slow key is not renewed twice at once."""
+    primary = _SlowFor("slow", 1.2)
+    store = DegradingStore(primary)
+    keeper = store.key_locks.keeper
+    assert store.acquire("t1", "slow", 3.0, "me")  # due every second, each renewal 1.2 s
+    assert store.acquire("t1", "fast", 0.6, "me")  # due every 0.2 s
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        assert not primary.acquire("t1", "fast", 30, "another-worker")
+        time.sleep(0.05)
+    assert keeper.lost == 0
+    assert primary.most == 1
+    assert not primary.acquire("t1", "slow", 30, "another-worker")
+    store.release("t1", "fast", "me")
+    store.release("t1", "slow", "me")
