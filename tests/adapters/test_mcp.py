@@ -314,8 +314,10 @@ async def test_counters_are_per_session_over_streamable_http(tools: Tools) -> No
     assert re.fullmatch(r"t/mcp-[0-9a-f]{32}", task_one)  # the transport's session id
 
 
-async def test_legacy_stateless_http_without_a_principal_shares_one_scope(tools: Tools) -> None:
-    """stateless_http=True opens a connection per request: no principal, nothing to key on."""
+async def test_legacy_stateless_http_without_a_principal_shares_one_scope(
+        tools: Tools, caplog: pytest.LogCaptureFixture) -> None:
+    """stateless_http=True opens a connection per request: no principal, nothing to key on.
+    The log says so once, with the ways out."""
     async with http_server(tools.server, stateless=True) as url:
         async with Client(url, mode="legacy") as one:
             first = await one.call_tool("find_city", {"city": "Atlantis"})
@@ -323,6 +325,9 @@ async def test_legacy_stateless_http_without_a_principal_shares_one_scope(tools:
             second = await two.call_tool("find_city", {"city": "Atlantis"})
     assert TERMINAL not in text(first)
     assert TERMINAL in text(second)
+    said = [r.getMessage() for r in caplog.records if "cannot tell its clients apart" in
+            r.getMessage()]
+    assert len(said) == 1 and "_meta['toolfault/task']" in said[0]
 
 
 async def test_modern_stateless_protocol_in_memory_shares_one_scope(tools: Tools) -> None:

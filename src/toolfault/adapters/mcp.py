@@ -24,8 +24,9 @@ Counters are scoped per MCP client.  Each request picks its scope, first match w
    client keeps while it is open), each its own scope; behind a proxy that pools
    connections, send rule 1's key or authenticate;
 4. a legacy server run with ``stateless_http=True`` opens a connection per request, so only
-   a principal tells its clients apart; otherwise (and for a sessionless stdio or in-memory
-   client, one client per server) the guard's own scope.
+   a principal tells its clients apart; otherwise (a warning in the log says so, once) and
+   for a sessionless stdio or in-memory client (one client per server), the guard's own
+   scope.
 
 Turns: the server cannot see the model's turns.  A host that knows them sends
 ``_meta["toolfault/turn"]``; each change of its value starts a new turn.  Without it, a scope
@@ -146,6 +147,8 @@ class _Scopes:
         self._turns: weakref.WeakKeyDictionary[Guard, Any] = weakref.WeakKeyDictionary()
         self._seen: weakref.WeakKeyDictionary[Guard, float] = weakref.WeakKeyDictionary()
         self._key = f"toolfault.guard.{id(guard)}"
+        #: Whether the shared-scope warning for legacy stateless HTTP was logged (once).
+        self.warned_shared = False
 
     def for_request(self, ctx: ServerRequestContext[Any, Any]) -> Guard:
         if not self.per_session:
@@ -206,7 +209,7 @@ class _Scopes:
         if session_id is None and ctx.request is not None:
             # stateless_http=True: every request opens its own connection, so only a principal
             # tells clients apart; without one they share the guard's scope.
-            return self._for_client(ctx, by_connection=False) or self.guard
+            return self._for_client(ctx, by_connection=False) or self._shared()
         scoped = state.get(self._key)
         if not isinstance(scoped, Guard):
             # Unique across processes too: stdio servers of a fleet may share one store.
@@ -214,6 +217,17 @@ class _Scopes:
             scoped = _scoped(self.guard, f"{self.guard.task_id}/mcp-{name}")
             state[self._key] = scoped
         return scoped
+
+    def _shared(self) -> Guard:
+        """The guard's own scope for a client nothing tells apart, said once in the log: the
+        operator learns why one client's failures count against another's."""
+        if not self.warned_shared:
+            self.warned_shared = True
+            log.warning(
+                "toolfault: a stateless_http MCP server cannot tell its clients apart: they "
+                "share one set of counters. Authenticate them, have each send "
+                "_meta['%s'], or serve with stateless_http=False", TASK_META_KEY)
+        return self.guard
 
     def _follow_turn(self, scoped: Guard, marker: Any) -> None:
         if scoped in self._turns and self._turns[scoped] != marker:
