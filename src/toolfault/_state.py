@@ -16,9 +16,9 @@ embedded durable file ``SQLiteStore``; a fleet of workers ``RedisStore``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import inspect
 import logging
+import queue
 import threading
 import time
 import warnings
@@ -855,7 +855,6 @@ class KeyKeeper:
         self._keys: dict[tuple[str, str, str], list[float]] = {}
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: Keys whose renewal is running now.
         self._renewing: set[tuple[str, str, str]] = set()
         #: Keys found lost at renewal (for tests and operators).
@@ -866,7 +865,7 @@ class KeyKeeper:
         """In a forked child: the parent's threads and keys are not ours, and the parent's
         thread may have held the condition's lock at the fork (it would never be released)."""
         self._changed = threading.Condition()
-        self._thread, self._pool, self._keys, self._renewing = None, None, {}, set()
+        self._thread, self._keys, self._renewing = None, {}, set()
 
     def hold(self, task: str, token: str, holder: str, ttl: float) -> None:
         """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds)."""
@@ -876,10 +875,8 @@ class KeyKeeper:
             until = kept[2] if kept is not None else now + self.max_hold
             self._keys[(task, token, holder)] = [ttl, now + ttl / 3, until]
             if self._thread is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.RENEWERS, thread_name_prefix="toolfault-key-renewal")
-                self._thread = threading.Thread(target=self._run, args=(self._pool,),
-                                                name="toolfault-keys", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="toolfault-keys",
+                                                daemon=True)
                 self._thread.start()
             self._changed.notify()
 
@@ -900,16 +897,30 @@ class KeyKeeper:
         """How many keys are being kept now."""
         return len(self._keys)
 
-    def _run(self, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    def _run(self) -> None:
+        # Daemon renewers, as the keeper itself: a renewal hung on a store never holds up
+        # the interpreter's exit (a pool's workers are joined at exit).  They live as long
+        # as this thread; a new hold starts all of them again.
+        jobs: queue.SimpleQueue[tuple[tuple[str, str, str], float] | None] = queue.SimpleQueue()
+        for n in range(self.RENEWERS):
+            threading.Thread(target=self._renewer, args=(jobs,), daemon=True,
+                             name=f"toolfault-key-renewal-{n}").start()
         try:
-            while self._schedule(pool):
+            while self._schedule(jobs):
                 pass
         finally:
-            pool.shutdown(wait=False)  # renewals still running finish on their own
+            for _ in range(self.RENEWERS):
+                jobs.put(None)  # each renewer ends after the renewal it is running
 
-    def _schedule(self, pool: concurrent.futures.ThreadPoolExecutor) -> bool:
-        """Hand the keys due for renewal to the pool, or wait until one is due; ``False``
-        when nothing is held (the thread ends: a new hold starts one)."""
+    def _renewer(self, jobs: queue.SimpleQueue[tuple[tuple[str, str, str], float] | None]
+                 ) -> None:
+        while (job := jobs.get()) is not None:
+            self._renew(*job)
+
+    def _schedule(self, jobs: queue.SimpleQueue[tuple[tuple[str, str, str], float] | None]
+                  ) -> bool:
+        """Hand the keys due for renewal to the renewers, or wait until one is due;
+        ``False`` when nothing is held (the thread ends: a new hold starts one)."""
         with self._changed:
             if not self._keys:
                 self._thread = None
@@ -929,7 +940,7 @@ class KeyKeeper:
                 kept[1] = now + kept[0] / 3
                 if key not in self._renewing:  # else its last renewal is still running
                     self._renewing.add(key)
-                    pool.submit(self._renew, key, kept[0])
+                    jobs.put((key, kept[0]))
         return True
 
     def _renew(self, key: tuple[str, str, str], ttl: float) -> None:

@@ -339,9 +339,9 @@ class JsonlSink:
     given by the user gets it at once) and reaches the file within ``flush_interval``
     seconds (a timer writes and flushes it, whether or not more calls come), when
     ``_PENDING_LINES`` are waiting, at :meth:`flush` and :meth:`close`, before a fork and at
-    interpreter exit.  An incident line is flushed at
-    once, with everything before it, in order.  So a crash that skips ``atexit``
-    (``kill -9``, power loss) loses at most the call lines of the last interval.
+    interpreter exit.  An incident line is flushed at once, with everything before it, in
+    order.  So a crash that skips ``atexit`` (``kill -9``, power loss) loses at most the call
+    lines of the last interval.
     ``flush_interval=0`` flushes every line, as a log you tail may want.
     """
 
@@ -363,8 +363,8 @@ class JsonlSink:
         #: the file gets them joined, in one write per batch.
         self._pending: list[str] = []
         if isinstance(target, (str, Path)):
-            # Batches of many lines: the timer flushes them anyway, and each write to the
-            # file costs a system call, so fewer and larger ones (8 KiB by default).
+            # A buffer about the size of a batch: each write to the file costs a system
+            # call, so fewer and larger ones (8 KiB by default).
             self._file: IO[str] = open(target, "a", encoding="utf-8",  # noqa: SIM115
                                        buffering=_FILE_BUFFER)
             self._owned = True

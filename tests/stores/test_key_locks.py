@@ -413,3 +413,32 @@ def test_a_slow_renewal_does_not_hold_back_the_other_keys() -> None:
     assert not primary.acquire("t1", "slow", 30, "another-worker")
     store.release("t1", "fast", "me")
     store.release("t1", "slow", "me")
+
+
+def test_a_renewal_hung_on_the_store_does_not_hold_up_the_exit() -> None:
+    """The renewers are daemon threads, as the keeper is: a process whose store hangs on a
+    renewal still exits when its main thread is done."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import time
+        from toolfault import MemoryStore
+        from toolfault._state import DegradingStore
+
+        class Hung(MemoryStore):
+            def extend(self, *args):
+                time.sleep(120)
+                return True
+
+        store = DegradingStore(Hung())
+        store.acquire("t1", "tok", 0.3, "me")
+        time.sleep(0.5)  # the first renewal is hung by now
+        print("done", flush=True)
+    """)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+    assert time.monotonic() - started < 30
