@@ -261,8 +261,8 @@ def secret_forms(secret: str) -> set[str]:
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_quoted", "_secrets",
-                 "_shortest", "plain_ids")
+    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_plain_ids", "_quoted",
+                 "_secrets", "_shortest")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
         self._secrets: set[str] = set()
@@ -276,9 +276,8 @@ class Redactor:
         self._clean: set[str] = set()
         #: :meth:`quoted`'s memory, kept and replaced as ``_clean`` is.
         self._quoted: dict[str, str] = {}
-        #: Whether no registered form could hide in a call id of toolfault's own making
-        #: (see :func:`toolfault._call.is_own_call_id`): then such an id needs no redaction.
-        self.plain_ids = True
+        #: See :attr:`plain_ids` (read on the trace's hot path without the property).
+        self._plain_ids = True
         values = list(secrets)
         if scan_env:
             values.extend(
@@ -305,7 +304,7 @@ class Redactor:
             else SHORTEST_SHAPE
         self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
                               or f in "-infinity")
-        self.plain_ids = not any(_OWN_ID_CHARS.issuperset(form) for form in self._forms)
+        self._plain_ids = not any(_OWN_ID_CHARS.issuperset(form) for form in self._forms)
         # After the forms: whoever sees the new memories sees the new forms.
         self._clean = set()
         self._quoted = {}
@@ -371,6 +370,12 @@ class Redactor:
                 clean.clear()
             clean.add(text)
         return out
+
+    @property
+    def plain_ids(self) -> bool:
+        """Whether no registered secret could be spelt in a call id of toolfault's own making
+        (``call_``, hex digits, ``_``, digits): then such an id is written without a scan."""
+        return self._plain_ids
 
     def quoted(self, text: str) -> str:
         """``text`` redacted, as a JSON string (quoted and escaped): a trace line's text field.

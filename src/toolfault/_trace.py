@@ -194,7 +194,7 @@ def call_line(redactor: Redactor, tool: str, call_id: str, task: str, turn: int,
         # a credential shape nor a registered form can be in one: see Redactor.plain_ids).
         memory = redactor._quoted
         texts = (memory.get(tool) or redactor.quoted(tool),
-                 f'"{call_id}"' if redactor.plain_ids and is_own_call_id(call_id)
+                 f'"{call_id}"' if redactor._plain_ids and is_own_call_id(call_id)
                  else _quote(redactor.secrets(call_id)),
                  memory.get(task) or redactor.quoted(task),
                  memory.get(mode) or redactor.quoted(mode))
