@@ -10,6 +10,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+#: ``json.dumps(text, ensure_ascii=False)`` for a ``str``: the C escaper the encoder uses.
+quote_text: Callable[[str], str] = json.encoder.encode_basestring
+
 
 def _not_json(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
@@ -28,7 +31,7 @@ def prebuilt_chunks(*, sort_keys: bool, separators: tuple[str, str], allow_nan: 
         return lambda value, _level: (fallback.encode(value),)
     item_sep, key_sep = separators
     chunks: Callable[[Any, int], Sequence[str]] = make(
-        None, default, json.encoder.encode_basestring, None, key_sep, item_sep, sort_keys,
+        None, default, quote_text, None, key_sep, item_sep, sort_keys,
         False, allow_nan)
     return chunks
 

@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toolfault._jsontext import quote_text
+
 REDACTED = "[REDACTED]"
 
 #: Shapes of credentials that are secret wherever they appear.
@@ -60,7 +62,6 @@ _CLEAN_ENTRIES = 4096
 #: The characters of a call id toolfault makes (``call_``, hex digits, ``_``, digits): a
 #: registered form made of others cannot occur in one.
 _OWN_ID_CHARS = frozenset("call_0123456789abcdef")
-_quote = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s C escaper
 #: Fewer opening brackets than this cannot nest to the depth where ``Redactor.value`` stops.
 _VERBATIM_BRACKETS = 63
 
@@ -388,7 +389,7 @@ class Redactor:
         found = memory.get(text) if exact else None
         if found is not None:
             return found
-        out = _quote(self.secrets(text))
+        out = quote_text(self.secrets(text))
         if exact and len(text) <= _CLEAN_LEN:
             if len(memory) >= _CLEAN_ENTRIES:
                 memory.clear()

@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from toolfault._call import is_own_call_id
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
+from toolfault._jsontext import quote_text as _quote
 from toolfault._redact import Redactor
 
 if TYPE_CHECKING:
@@ -306,7 +307,6 @@ def _dumps(record: Any) -> str:
         return json.dumps(record, ensure_ascii=False, default=str)
 
 
-_quote = json.encoder.encode_basestring  # the C escaper json.dumps(ensure_ascii=False) uses
 _INFINITE = (float("inf"), float("-inf"))
 
 
