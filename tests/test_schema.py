@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from pydantic import AfterValidator, Field
 
 from toolfault import Guard
+from toolfault._call import _Call
 from toolfault._fingerprint import fingerprint, fingerprint_json_values
+from toolfault._pipeline import Pipeline
 
 
 def _rich(origin: str, stops: int, price: Annotated[float, Field(ge=0)], tags: list[str],
@@ -88,6 +90,53 @@ def test_the_strict_twin_accepts_only_what_the_validator_accepts_and_returns_the
         for item in value if type(value) is list else [value]:
             assert type(item) in (str, _Text, int, float, bool, type(None))
             assert not (isinstance(item, float) and not math.isfinite(item))
+
+
+_valid_args = st.fixed_dictionaries(
+    {"origin": st.text(max_size=8), "stops": st.integers(-5, 5),
+     "price": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6)),
+     "tags": st.lists(st.text(max_size=4), max_size=3),
+     "weights": st.lists(st.floats(-1, 1), max_size=3)},
+    optional={"cabin": st.sampled_from(["economy", "first"]), "note": st.none(),
+              "direct": st.booleans(), "rank": st.sampled_from([1, 2])})
+_keys = st.one_of(st.sampled_from(["origin", "stops", "cabin", "extra", "Origin", "origin "]),
+                  st.builds(_Text, st.sampled_from(["origin", "extra"])), st.integers(0, 2))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(_args, _valid_args, _valid_args),
+       st.one_of(st.just({}), st.dictionaries(_keys, st.one_of(_odd, st.just("economy")),
+                                              max_size=2)),
+       st.sets(st.sampled_from(["origin", "stops", "cabin", "note"]), max_size=1))
+def test_the_open_twin_with_its_count_decides_as_the_strict_twin(
+        args: dict[str, Any], more: dict[Any, Any], dropped: set[str]) -> None:
+    """The pipeline validates dict arguments with the twin that ignores unknown keys and
+    compares counts (``Pipeline._validated_plain``): it must take exactly the arguments the
+    strict twin takes (extra keys, str subclass and non-str keys, missing parameters), and
+    give the tool the same values."""
+    spec = _guard()._tools["_rich"]
+    assert spec.plain_validate is not None
+    sent = {k: v for k, v in {**args, **more}.items() if k not in dropped}
+    call = _Call(None, "_rich", sent, "call_1", 0.0)
+    took = Pipeline._validated_plain(call, spec, sent)
+    try:
+        strict = spec.plain_validate(sent)
+    except pydantic.ValidationError:
+        assert not took and not call.validated
+        return
+    assert took and call.validated
+    assert {k: _typed(v) for k, v in call.kwargs.items()} == \
+        {k: _typed(v) for k, v in strict.items()}
+
+
+def test_a_key_that_is_no_parameter_is_named_whichever_twin_saw_it() -> None:
+    """The open twin drops an unknown key; the guard still refuses the call and names it."""
+    guard = _guard()
+    args = {"origin": "SFO", "stops": 0, "price": 1.5, "tags": [], "weights": [],
+            "airline": "UA"}
+    result = guard.call("_rich", args)
+    assert not result.ok and result.code == "invalid_argument"
+    assert "airline is not a parameter of _rich" in result.text
 
 
 def test_an_int_sent_for_a_float_stays_an_int_and_bounds_still_apply() -> None:

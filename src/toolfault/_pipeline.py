@@ -104,13 +104,18 @@ class Pipeline:
     def _validated_plain(call: _Call, spec: ToolSpec, args: dict[str, Any]) -> bool:
         """Whether ``args`` are plain JSON values, decided by validating them strictly (then
         ``call.kwargs`` holds the result), where the tool's parameters allow that."""
-        validate = spec.plain_validate
+        validate = spec.open_validate
         if validate is None:
             return False
         try:
-            call.kwargs = validate(args)
+            kwargs = validate(args)
         except ValidationError:  # not plain, or not valid: decided the usual way
             return False
+        # The open twin returns one key per parameter it found and drops the others (see
+        # ``_schema._opened``): as many keys as were sent means none was dropped.
+        if len(kwargs) != len(args):  # a key that is not a parameter: the usual way says so
+            return False
+        call.kwargs = kwargs
         call.validated = True
         return True
 

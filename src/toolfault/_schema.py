@@ -180,7 +180,8 @@ class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
     __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "list_params",
-                 "params", "plain_validate", "plain_validate_json", "required", "schema")
+                 "open_validate", "params",
+                 "plain_validate", "plain_validate_json", "required", "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
@@ -211,6 +212,13 @@ class PydanticValidator:
             None if twin is None else twin.validate_python)
         self.plain_validate_json: Callable[[str], dict[str, Any]] | None = (
             None if twin is None else twin.validate_json)
+        #: The twin that drops keys it does not know instead of refusing them (a quarter
+        #: faster: pydantic-core looks no key up twice).  Its caller compares counts (see
+        #: ``_validated_plain`` in the pipeline): a result with fewer keys is no answer.
+        #: JSON text has no count to compare with, so it goes to the strict twin.
+        opened = None if plain is None else pydantic_core.SchemaValidator(_opened(plain))
+        self.open_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = (
+            None if opened is None else opened.validate_python)
         self.list_params: tuple[str, ...] = () if plain is None else tuple(
             name for name, field in plain["fields"].items() if _holds_list(field["schema"]))
         self.schema.pop("additionalProperties", None) if extra_allowed else None
@@ -378,6 +386,13 @@ def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
             return None
         fields[name] = {**field, "schema": inner}
     return {**schema, "fields": fields, "config": {**schema.get("config", {}), "strict": True}}
+
+
+def _opened(twin: Mapping[str, Any]) -> dict[str, Any]:
+    """The twin with unknown keys ignored: it returns a field for each parameter it found,
+    so arguments it returns as many keys for as they have hold no other key."""
+    return {**twin, "extra_behavior": "ignore",
+            "config": {**twin.get("config", {}), "extra_fields_behavior": "ignore"}}
 
 
 def _holds_text(schema: Mapping[str, Any]) -> bool:

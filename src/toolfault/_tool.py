@@ -123,6 +123,10 @@ class ToolSpec:
     #: :attr:`plain_validate` for JSON text (parses and validates in one pass); or None.
     plain_validate_json: Callable[[str], dict[str, Any]] | None = field(
         init=False, default=None, repr=False)
+    #: The same twin ignoring keys it does not know: the pipeline compares counts instead
+    #: of having pydantic-core check each key's name (see ``_schema._opened``).
+    open_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
+        init=False, default=None, repr=False)
     #: The parameters that take a list (copied for the tool where the guard keeps the
     #: arguments it validated).
     list_params: tuple[str, ...] = field(init=False, default=(), repr=False)
@@ -135,6 +139,7 @@ class ToolSpec:
             self.plain_validate = getattr(self.validator, "plain_validate", None)
             self.plain_validate_json = getattr(self.validator, "plain_validate_json", None)
             self.list_params = getattr(self.validator, "list_params", ())
+            self.open_validate = getattr(self.validator, "open_validate", None)
 
     @property
     def schema(self) -> dict[str, Any]:
