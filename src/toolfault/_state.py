@@ -176,8 +176,17 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
     One clause per :class:`Counter`; the tightest wins when a counter is bounded twice.  A
     new counter is a new clause here and one step in each store, nowhere else.
     """
+    return _limits_of(request.ceilings)
+
+
+#: The limits of ceilings that bound nothing.
+_UNBOUNDED: tuple[float | None, float | None, float | None] = (None, None, None)
+
+
+def _limits_of(ceilings: tuple[Ceiling, ...]) -> tuple[float | None, float | None,
+                                                       float | None]:
     calls = running = spend = None
-    for ceiling in request.ceilings:
+    for ceiling in ceilings:
         counter, limit = ceiling.counter, ceiling.limit
         if counter is Counter.CALLS_IN_TURN:
             calls = limit if calls is None else min(calls, limit)
@@ -305,15 +314,14 @@ class MemoryStore:
         self._turns: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
         #: (task, token) -> (expiry, holder)
         self._held: dict[tuple[str, str], tuple[float, str]] = {}
-        # Expiry sweeps run when a task is new, a turn is new (at most once a second, or
-        # beyond max_turns), or every _SWEEP_EVERY uses.
-        self._uses = 0
+        # Expiry sweeps run when a task is new, a turn is beyond max_turns, or at the first
+        # use a second after the last sweep (expiry needs no finer clock).
         self._next_sweep = 0.0
-        # The last ceilings tuple seen and its parsed limits (guards reuse one per tool).
+        # The last ceilings tuple seen (guards reuse one per tool), its limits, and whether a
+        # call of a quiet scope can reach none of them (see ``_parse``).
         self._parsed: tuple[tuple[Ceiling, ...], tuple[float | None, float | None,
-                                                       float | None]] = ((), (None, None, None))
-
-    _SWEEP_EVERY = 64
+                                                       float | None], bool] = ((), _UNBOUNDED,
+                                                                               True)
 
     def _after_fork(self) -> None:
         """In a forked child: a lock another thread held at the fork is never released
@@ -325,26 +333,30 @@ class MemoryStore:
         now = _monotonic()  # the lease and the TTL need it; one read per admission
         # One unpacking, not an attribute lookup per field.
         task_id, turn_no, _, cost, lease, ceilings = request
-        parsed = self._parsed
-        if parsed[0] is ceilings:
-            limits = parsed[1]
-        else:
-            limits = ceilings_of(request)
-            self._parsed = (ceilings, limits)
+        seen, limits, unreachable = self._parsed
+        if seen is not ceilings:
+            _, limits, unreachable = self._parse(ceilings)
         lock = self._lock
         lock.acquire()  # not ``with``: half its cost, on every call
         try:
             turn = self._turns.get((task_id, turn_no))
-            if turn is None or self._uses >= self._SWEEP_EVERY:
+            if turn is None or now >= self._next_sweep:
                 turn = self._use(task_id, turn_no, now)
             else:
-                self._uses += 1
                 turn.used = turn.task.used = now
             if turn.failures or (lease is not None and (turn.lone is not None or turn.pending)):
                 return self._admit_keyed(turn, request, now, limits)
             # A quiet scope (no failure in the turn, no other reservation): the steps of
             # ``_admission.py`` without the fingerprint, which nothing here needs.
             task = turn.task
+            if unreachable:  # no ceiling this call could reach: count and reserve
+                calls = turn.calls = turn.calls + 1
+                if cost:
+                    task.spend += cost
+                if lease is not None:
+                    turn.lone = request
+                    turn.lone_expires = now + lease
+                return _new_tuple(Admission, (0, None, False, calls, task.spend, None, False))
             max_calls, max_running, max_spend = limits
             calls = turn.calls + 1
             spend = task.spend
@@ -363,6 +375,18 @@ class MemoryStore:
             return _new_tuple(Admission, (0, None, False, calls, spend, None, False))
         finally:
             lock.release()
+
+    def _parse(self, ceilings: tuple[Ceiling, ...]) -> tuple[
+            tuple[Ceiling, ...], tuple[float | None, float | None, float | None], bool]:
+        """The ceilings with their limits (see :func:`ceilings_of`), remembered for the next
+        call, and whether a call of a quiet scope can reach none of them: no ceiling on
+        calls or spend, and at least one identical call may run."""
+        limits = _limits_of(ceilings)
+        max_calls, max_running, max_spend = limits
+        unreachable = max_calls is None and max_spend is None and (max_running is None
+                                                                   or max_running > 0)
+        parsed = self._parsed = (ceilings, limits, unreachable)
+        return parsed
 
     def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float,
                      limits: tuple[float | None, float | None, float | None]) -> Admission:
@@ -566,14 +590,13 @@ class MemoryStore:
             turn = self._turns[scope] = _Turn(task, now)
             task.turns.add(turn_no)
             # A new turn sweeps when it crosses the bound, or when the last sweep is a second
-            # old (expiry needs no finer clock); otherwise the every-_SWEEP_EVERY sweep.
+            # old (expiry needs no finer clock).
             if now >= self._next_sweep or (self.max_turns is not None
                                            and len(self._turns) > self.max_turns):
                 self._sweep(now, task_id, scope)
             return turn
         turn.used = turn.task.used = now
-        self._uses += 1
-        if self._uses >= self._SWEEP_EVERY:
+        if now >= self._next_sweep:
             self._sweep(now, task_id, scope)
         return turn
 
@@ -588,7 +611,6 @@ class MemoryStore:
 
     def _sweep(self, now: float, task_id: str, scope: tuple[str, int] | None) -> None:
         """Evict, least recently used first, what outlived the TTL or the bounds."""
-        self._uses = 0
         self._next_sweep = now + _SWEEP_SECONDS
         ttl = self.ttl_seconds
         _evict(self._tasks, task_id, now, ttl, self.max_tasks,
