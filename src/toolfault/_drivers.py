@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolfault")
 
 _T = TypeVar("_T")
+_monotonic = time.monotonic
 
 #: Threads per purpose: hung tools cannot starve timeouts, and neither can starve checks.
 _POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
@@ -113,12 +114,12 @@ def _invoke_sync(guard: Guard, call: _Call) -> Any:
     assert spec is not None
     call.attempts += 1
     call.dispatched = True
-    kwargs = call.kwargs if spec.context_param is None else _with_context(guard, call)
     deadline = guard.deadline
-    if spec.timeout is None and not spec.is_async and not guard.isolate_sync_tools and (
-            deadline is None or deadline > time.monotonic() - call.started):
-        value = spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
+    if spec.direct and not guard.isolate_sync_tools and (
+            deadline is None or deadline > _monotonic() - call.started):
+        value = spec.fn(**call.kwargs)  # on the caller's thread: see ``isolate_sync_tools``
     else:
+        kwargs = call.kwargs if spec.context_param is None else _with_context(guard, call)
         value = _invoke_bounded(guard, call, spec, kwargs)
     if hasattr(value, "__await__"):  # an async tool behind a plain decorator
         value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, overload
 
-from toolfault import _trace
+from toolfault import _call, _trace
 from toolfault._batch import batch_items, unpack_call, unusable_item
 from toolfault._budget import Budgets
 from toolfault._call import _Call, _new_call_id
@@ -52,6 +52,8 @@ from toolfault._tool import (
 log = logging.getLogger("toolfault")
 log.addHandler(logging.NullHandler())
 log.addFilter(LOG_FILTER)  # the single exit of the log channel: redacted, no traceback
+_monotonic = time.monotonic
+_next_id = _call._ids.__next__
 
 #: Seconds a whole call may take by default, retries, waits and checks included.
 DEFAULT_DEADLINE = 120.0
@@ -317,9 +319,10 @@ class Guard:
         tool raised or the guard tripped on, comes back as a shaped result.
         """
         if type(name) is str and call_id is None:  # the common case, inline
-            call = _Call(None, name, args, _new_call_id(), time.monotonic())
+            # ``_new_call_id()``, inline: the head is the module's (renewed after a fork)
+            call = _Call(None, name, args, f"{_call._id_head}{_next_id()}", _monotonic())
         else:
-            call = _Call(None, "unnamed_tool", args, "", time.monotonic())
+            call = _Call(None, "unnamed_tool", args, "", _monotonic())
         try:
             try:
                 if not call.call_id:

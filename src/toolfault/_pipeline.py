@@ -147,9 +147,16 @@ class Pipeline:
 
     def returned(self, call: _Call, value: Any) -> ToolResult:
         """The first attempt returned: a result, or a returned error (final: not retried)."""
-        failure = self._returned_error(call, value)
-        if failure is not None:
-            return self._finish(call, failure)
+        spec = call.spec
+        assert spec is not None
+        detector = spec.error_result  # ``_returned_error``, inline: once per success
+        if detector is not None:
+            try:
+                reason = detector(value)
+            except Exception:  # noqa: BLE001 - a broken detector: the value stands
+                reason = None
+            if reason:
+                return self._finish(call, self._returned_failure(reason, value))
         return self._succeeded(call, value)
 
     def raised(self, call: _Call, exc: Exception) -> Steps:

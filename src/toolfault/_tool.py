@@ -111,6 +111,9 @@ class ToolSpec:
     explicit_schema: bool = False
     #: A sync, side-effect-free tool without timeout or context: its fingerprint may wait.
     plain: bool = field(init=False, default=False)
+    #: A sync tool without timeout or context: the driver calls it with ``call.kwargs`` on
+    #: the caller's thread (unless the guard isolates sync tools or the deadline passed).
+    direct: bool = field(init=False, default=False)
     #: The raw pydantic-core validator (raises on bad input); or None.
     fast_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         init=False, default=None, repr=False)
@@ -132,8 +135,9 @@ class ToolSpec:
     list_params: tuple[str, ...] = field(init=False, default=(), repr=False)
 
     def __post_init__(self) -> None:
-        self.plain = not (self.side_effect or self.is_async or self.timeout is not None
-                          or self.context_param is not None)
+        self.direct = not (self.is_async or self.timeout is not None
+                           or self.context_param is not None)
+        self.plain = self.direct and not self.side_effect
         self.fast_validate = getattr(self.validator, "fast_validate", None)
         if self.plain and not self.normalizers:
             self.plain_validate = getattr(self.validator, "plain_validate", None)
