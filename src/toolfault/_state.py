@@ -183,6 +183,15 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
 _UNBOUNDED: tuple[float | None, float | None, float | None] = (None, None, None)
 
 
+def _fingerprint_or_none(request: AdmissionRequest) -> str | None:
+    """A reserved call's fingerprint, or ``None`` when computing it fails: no other call can
+    be identical to that one, so it counts nowhere."""
+    try:
+        return request.fingerprint()
+    except Exception:  # noqa: BLE001 - its own call's problem, not this one's
+        return None
+
+
 def _limits_of(ceilings: tuple[Ceiling, ...]) -> tuple[float | None, float | None,
                                                        float | None]:
     calls = running = spend = None
@@ -283,9 +292,10 @@ class MemoryStore:
 
     A call in a quiet scope (no failure recorded in its turn, no other call of the turn
     holding a reservation) is admitted without computing its fingerprint: it is kept as the
-    turn's one unresolved call.  The next call of that turn resolves it (the fingerprint is
-    pure and cached) and counts it under its key, so identical concurrent calls still count
-    toward the cap atomically.
+    turn's one unresolved call.  A call of that turn admitted while it runs computes its
+    fingerprint (pure and cached) and counts it with the calls under that key, so identical
+    concurrent calls still count toward the cap atomically.  Its settle needs no lock: only
+    it clears the turn's unresolved call, and nothing replaces one that is not cleared.
 
     Memory stays bounded in a long-running process: the counters of one turn and whole tasks
     (budgets, ledger, incidents) are evicted when idle for ``ttl_seconds`` or, least recently
@@ -390,8 +400,8 @@ class MemoryStore:
 
     def _admit_keyed(self, turn: _Turn, request: AdmissionRequest, now: float,
                      limits: tuple[float | None, float | None, float | None]) -> Admission:
-        """The general case: resolve the turn's unresolved call, then count by fingerprint."""
-        self._resolve(turn, now)
+        """The general case: count by fingerprint (the turn's unresolved call included)."""
+        self._expire(turn, now)
         task = turn.task
         max_calls, max_running, max_spend = limits
         fp = request.fingerprint()
@@ -410,8 +420,12 @@ class MemoryStore:
         lease = request.lease
         if lease is not None:
             live = turn.pending.get(fp)
+            running = len(live) if live else 0
+            lone = turn.lone
+            if lone is not None and _fingerprint_or_none(lone) == fp:
+                running += 1
             cap = record[2] if record is not None else max_running
-            if cap is not None and failures + (len(live) if live else 0) >= cap:
+            if cap is not None and failures + running >= cap:
                 return Admission(failures, code, False, calls, spend, busy=True)
         # 4. spend in the task
         cost = request.cost
@@ -425,18 +439,10 @@ class MemoryStore:
         return _new_tuple(Admission, (failures, code, False, calls, spend, None, False))
 
     @staticmethod
-    def _resolve(turn: _Turn, now: float) -> None:
-        """Count the turn's unresolved call under its key; drop reservations past their lease."""
-        lone = turn.lone
-        if lone is not None:
+    def _expire(turn: _Turn, now: float) -> None:
+        """Drop the reservations past their lease (a call that never settled)."""
+        if turn.lone is not None and turn.lone_expires <= now:
             turn.lone = None
-            if turn.lone_expires > now:
-                try:
-                    fp = lone.fingerprint()
-                except Exception:  # noqa: BLE001 - its own call's problem, not this one's:
-                    fp = None  # no other call can be identical to it, so it counts nowhere
-                if fp is not None:
-                    turn.pending.setdefault(fp, {})[lone] = turn.lone_expires
         if turn.pending:
             for fp in list(turn.pending):
                 live = turn.pending[fp]
@@ -446,22 +452,20 @@ class MemoryStore:
                     del turn.pending[fp]
 
     def settle(self, request: AdmissionRequest) -> None:
-        scope = (request[0], request[1])  # (task, turn), without two attribute lookups
-        lock = self._lock
-        lock.acquire()
-        try:
-            turn = self._turns.get(scope)
-            if turn is None:
-                return
-            if turn.lone is request:
-                turn.lone = None
-            elif turn.pending and request.fingerprint.resolved:
-                fp = request.fingerprint()
+        turn = self._turns.get((request[0], request[1]))
+        if turn is None:
+            return
+        if turn.lone is request:
+            # Without the lock: a turn's unresolved call is only replaced once it is None,
+            # and only its own call's settle (or its lease, long past) makes it None.
+            turn.lone = None
+            return
+        if turn.pending and request.fingerprint.resolved:
+            fp = request.fingerprint()
+            with self._lock:
                 live = turn.pending.get(fp)
                 if live is not None and live.pop(request, None) is not None and not live:
                     del turn.pending[fp]
-        finally:
-            lock.release()
 
     def record_failure(self, key: CallKey, code: str, limit: int) -> int:
         with self._lock:

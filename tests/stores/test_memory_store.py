@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -52,7 +53,7 @@ def test_a_second_call_resolves_the_first_and_counts_it() -> None:
     second = store.admit(request(second_fp, limit=1))
     assert second.busy and not second.admitted
     assert (first_fp.calls, second_fp.calls) == (1, 1)
-    store.settle(first)  # found under its key, after resolution
+    store.settle(first)  # the unresolved call, cleared by its own settle
     assert store.admit(request("same", limit=1)).admitted
 
 
@@ -147,3 +148,48 @@ def test_an_unusable_fingerprint_fails_only_its_own_call() -> None:
     with pytest.raises(ValueError, match="fingerprinted"):
         store.admit(AdmissionRequest("t", 0, LazyFingerprint(_unusable), 0.0, 30.0, ()))
     assert not store.degraded
+
+
+def test_settles_racing_admissions_leave_no_reservation_behind() -> None:
+    """Calls of one turn admitted and settled from 8 threads at once, identical and
+    different, with the GIL switching as often as it can: the cap of 2 identical calls
+    running holds throughout, and once all settled nothing stays reserved (the unresolved
+    call's settle takes no lock)."""
+    store = MemoryStore()
+    running = {f"fp{k}": 0 for k in range(3)}
+    most = dict.fromkeys(running, 0)
+    count_lock, barrier = threading.Lock(), threading.Barrier(8)
+    admitted: list[int] = []
+
+    def worker() -> None:
+        barrier.wait()
+        took = 0
+        for n in range(1500):
+            fp = f"fp{n % 3}"
+            one = request(Thunk(fp), limit=2)
+            if store.admit(one).admitted:
+                took += 1
+                with count_lock:  # counted inside the store's reservation
+                    running[fp] += 1
+                    most[fp] = max(most[fp], running[fp])
+                time.sleep(0)  # the call runs: let the other threads in
+                with count_lock:
+                    running[fp] -= 1
+                store.settle(one)
+        admitted.append(took)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert max(most.values()) == 2 and sum(admitted) > 0  # it ran at the cap, never past
+    turn = store._turns[("t", 0)]
+    assert turn.lone is None and not turn.pending
+    quiet = Thunk("fp0")
+    assert store.admit(request(quiet, limit=1)).admitted and quiet.calls == 0
