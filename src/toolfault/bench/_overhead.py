@@ -22,6 +22,7 @@ whether it is met, and ``benchmarks/bench_targets.py`` checks them under pytest-
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import shutil
@@ -93,15 +94,15 @@ def _turns(guard: Guard, calls: list[Any]) -> Callable[[], Any]:
     """One call per invocation, ``len(calls)`` different calls per model turn, as an agent
     loop makes them: the same call repeated within a turn would (rightly) be stopped by
     no-progress detection.  The model's text is read, as a loop reads it."""
-    state = {"next": 0}
-    size = len(calls)
+    # The loop's own bookkeeping (which call is next, whether a turn starts) is an iterator
+    # step: what is timed is the guard's work, as the other contenders time only theirs.
+    order = itertools.cycle([(i == 0, args) for i, args in enumerate(calls)])
 
     def run() -> Any:
-        i = state["next"]
-        if i == 0:
+        first, args = next(order)
+        if first:
             guard.new_turn()
-        state["next"] = (i + 1) % size
-        result = guard.call("search_flights", calls[i])
+        result = guard.call("search_flights", args)
         result.text  # noqa: B018 - what the loop hands the model
         return result
 
