@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from toolfault._admission import CallKey
@@ -22,21 +22,31 @@ MAX_SCOPES = 4096
 _BREAK: Any = object()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TurnState:
-    """What one turn of one task has escalated to."""
+    """What one turn of one task has escalated to (one per turn: its ``__init__`` is
+    written out, as literals cost less than a dataclass's default factories)."""
 
-    halted: str | None = None
-    halted_at: float = 0.0
-    no_progress: int = 0
-    tool_failures: dict[str, int] = field(default_factory=dict)
+    halted: str | None
+    halted_at: float
+    no_progress: int
+    tool_failures: dict[str, int]
     #: ``(hash of the result text, tool, arguments)`` of recent calls, newest last.
-    history: list[Any] = field(default_factory=list)
-    capped: dict[CallKey, float] = field(default_factory=dict)
-    refused: dict[CallKey, int] = field(default_factory=dict)
-    failed: dict[CallKey, str] = field(default_factory=dict)
+    history: list[Any]
+    capped: dict[CallKey, float]
+    refused: dict[CallKey, int]
+    failed: dict[CallKey, str]
     #: False once forgotten (a new turn, or the oldest of too many scopes): caches re-read.
-    live: bool = True
+    live: bool
+
+    def __init__(self) -> None:
+        self.halted, self.halted_at, self.no_progress = None, 0.0, 0
+        self.tool_failures = {}
+        self.history = []
+        self.capped = {}
+        self.refused = {}
+        self.failed = {}
+        self.live = True
 
     def reset(self) -> list[CallKey]:
         """Forget everything (a halt expired); returns the keys whose store counts to clear."""
