@@ -181,20 +181,16 @@ class Ladder:
         # worst miss a repeat, never invent one (entries must be equal).
         history = state.history
         times = limits.no_progress_repeats
-        cycle = 0
-        name = spec.name
-        if spec.side_effect or name in limits.progress_exempt:
-            history.append(_BREAK)
-        else:
-            # The result's hash first: a different result fails a comparison at once; a
-            # cycle repeats its newest entry, so one seen once completes none.
-            entry = (hash(text), name, args)
-            history.append(entry)
-            if history.count(entry) >= times:
-                cycle = repeats(history, longest, times)
-        if len(history) > longest * times:
+        if len(history) >= longest * times:  # the newest longest * times entries are kept
             del history[0]
-        return cycle
+        if spec.side_effect or spec.name in limits.progress_exempt:
+            history.append(_BREAK)
+            return 0
+        # The result's hash first: a different result fails a comparison at once; a cycle
+        # repeats its newest entry, so one seen once completes none.
+        entry = (hash(text), spec.name, args)
+        history.append(entry)
+        return repeats(history, longest, times) if history.count(entry) >= times else 0
 
     def _current_state(self) -> TurnState:
         """The turn's state, cached for the calls that follow in the same turn and task."""

@@ -449,9 +449,7 @@ class Pipeline:
                                  told_effect=Outcome.APPLIED, confirmed_by="return",
                                  attempts=call.attempts, told_text=_told(text))
             g._effects.put_ledger(call.entry)
-        limits = g.limits
-        if g.mode == "enforce" and (limits.no_progress_cycle is not None
-                                    or limits.success_lifts_blocks):
+        if g.mode == "enforce":  # no progress, blocks lifted by a success: see note_success
             cycle = g._ladder.note_success(spec, call.args, text)
             if cycle:
                 return g._ladder.no_progress(call, cycle)
