@@ -180,8 +180,8 @@ class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
     __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "list_params",
-                 "open_validate", "params",
-                 "plain_validate", "plain_validate_json", "required", "schema")
+                 "open_validate", "params", "plain_validate", "plain_validate_json", "required",
+                 "schema")
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool

@@ -183,15 +183,6 @@ def ceilings_of(request: AdmissionRequest) -> tuple[float | None, float | None, 
 _UNBOUNDED: tuple[float | None, float | None, float | None] = (None, None, None)
 
 
-def _fingerprint_or_none(request: AdmissionRequest) -> str | None:
-    """A reserved call's fingerprint, or ``None`` when computing it fails: no other call can
-    be identical to that one, so it counts nowhere."""
-    try:
-        return request.fingerprint()
-    except Exception:  # noqa: BLE001 - its own call's problem, not this one's
-        return None
-
-
 def _limits_of(ceilings: tuple[Ceiling, ...]) -> tuple[float | None, float | None,
                                                        float | None]:
     calls = running = spend = None
@@ -206,6 +197,15 @@ def _limits_of(ceilings: tuple[Ceiling, ...]) -> tuple[float | None, float | Non
         else:  # pragma: no cover - a Counter member without a clause is a programming error
             raise ValueError(f"no store clause for {counter!r}")
     return calls, running, spend
+
+
+def _fingerprint_or_none(request: AdmissionRequest) -> str | None:
+    """A reserved call's fingerprint, or ``None`` when computing it fails: no other call can
+    be identical to that one, so it counts nowhere."""
+    try:
+        return request.fingerprint()
+    except Exception:  # noqa: BLE001 - its own call's problem, not this one's
+        return None
 
 
 # -- MemoryStore ---------------------------------------------------------------------------
