@@ -143,24 +143,32 @@ def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: 
                 _hidden_in(v, depth + 1, redactor, hidden)
             continue
         kind = type(v)
-        if kind is str:
-            if secret or keyed:
-                out[key] = REDACTED
-            else:
-                shown = secrets(v)
-                out[key] = shown if len(shown) <= MAX_STRING else _short(shown)
-        elif v is None or kind is bool:
-            out[key] = v
-        elif kind is int:
-            out[key] = REDACTED if secret or keyed else v
-        elif kind is float:  # finite: as it is; NaN and infinities as _shrink words them
-            out[key] = REDACTED if secret or keyed else (v if v - v == 0.0 else _shrink(v))
+        if kind in _ECHO_SCALARS:
+            out[key] = _echo_scalar(v, kind, secret or keyed, secrets)
         else:
             out[key] = _echo_value(v, depth + 1, secret or keyed, redactor,
                                    None if keyed else hidden)
     if beyond:
         out["…"] = f"+{len(beyond)} more keys"
     return out
+
+
+_ECHO_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _echo_scalar(value: Any, kind: type, hide: bool, secrets: Callable[[str], str]) -> Any:
+    """A string, number, bool or ``None`` member as the echo shows it (``hide``: under a
+    secret name, so its value is never shown; a bool or ``None`` tells nothing)."""
+    if kind is bool or value is None:
+        return value
+    if hide:
+        return REDACTED
+    if kind is str:
+        shown = secrets(value)
+        return shown if len(shown) <= MAX_STRING else _short(shown)
+    if kind is int:
+        return value
+    return value if value - value == 0.0 else _shrink(value)  # NaN, infinities: in words
 
 
 def _name_of(key: Any) -> str:
