@@ -112,3 +112,25 @@ def test_the_clocks_of_a_line_are_microseconds() -> None:
             assert round(record[field], 6) == record[field]
     assert seen[0].at == round(seen[0].at, 6) and seen[0].duration_s == round(
         seen[0].duration_s, 6)
+
+
+class _Disguised(str):
+    """A key spelt ``password`` that hashes and compares as ``q`` (only code can build one)."""
+
+    def __hash__(self) -> int:
+        return hash("q")
+
+    def __eq__(self, other: object) -> bool:
+        return other == "q" or str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+
+def test_a_key_that_passes_for_a_plain_name_is_still_hidden_by_its_own() -> None:
+    """The memory of plain key names is not fooled by a str subclass that compares equal to
+    one: its value is hidden by the name it spells, as the walk hides it."""
+    redactor = Redactor([], scan_env=False)
+    assert json.loads(args_json(redactor, {"q": "flights"}, None)) == {"q": "flights"}
+    line = args_json(redactor, {_Disguised("password"): "hunter2-value"}, None)
+    assert "hunter2-value" not in line and json.loads(line) == {"password": "[REDACTED]"}

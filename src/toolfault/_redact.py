@@ -185,12 +185,16 @@ _is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
 #: Keys found not secret-named (exact strs; the names decide, whatever secrets are added
 #: later): a tool's arguments repeat their keys, so usually one set check decides them all.
 _NOT_SECRET_KEYS: set[str] = set()
+_EXACT_STR = frozenset({str})
 _NOT_SECRET_KEYS_MAX = 4096
 
 
 def _no_secret_key(obj: dict[Any, Any]) -> bool:
-    """Whether every key of ``obj`` is an exact ``str`` that does not name a secret."""
-    if _NOT_SECRET_KEYS.issuperset(obj):
+    """Whether every key of ``obj`` is an exact ``str`` that does not name a secret.
+
+    The memory of keys found plain is asked only about exact ``str`` keys: a subclass may
+    hash and compare equal to a plain name it does not spell."""
+    if _EXACT_STR.issuperset(map(type, obj)) and _NOT_SECRET_KEYS.issuperset(obj):
         return True
     for key in obj:
         if type(key) is not str or _is_secret_key(key):
