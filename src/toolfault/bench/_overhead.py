@@ -427,6 +427,10 @@ else:
 """
 
 
+#: Fresh processes the OpenTelemetry probe runs in (the least slowed one is reported).
+OTEL_PROCESSES = 3
+
+
 def _probe(mode: str, repeat: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     try:
@@ -442,7 +446,11 @@ def _process_figures(repeat: int) -> dict[str, Any]:
     """Figures that need a fresh process: the first failure, and an OTel SDK provider."""
     figures = _probe("first_failure", repeat)
     figures.update(_probe("first_failure_memory", repeat))
-    otel = _probe("otel", repeat)
+    # A fresh process now and then runs everything in it half again slower (its memory
+    # layout, the machine): the target is in microseconds, not a same-process ratio, so the
+    # probe runs in a few processes and the least slowed one, by its bare call, is reported.
+    runs = [run for run in (_probe("otel", repeat) for _ in range(OTEL_PROCESSES)) if run]
+    otel = min(runs, key=lambda run: float(run["bare_call_us"])) if runs else {}
     if otel:
         figures.update(otel)
         # What toolfault adds on top of a bare span (start_span + end around the same call).
