@@ -189,12 +189,13 @@ _EXACT_STR = frozenset({str})
 _NOT_SECRET_KEYS_MAX = 4096
 
 
-def _no_secret_key(obj: dict[Any, Any]) -> bool:
+def _no_secret_key(obj: dict[Any, Any], parsed: bool = False) -> bool:
     """Whether every key of ``obj`` is an exact ``str`` that does not name a secret.
 
-    The memory of keys found plain is asked only about exact ``str`` keys: a subclass may
-    hash and compare equal to a plain name it does not spell."""
-    if _EXACT_STR.issuperset(map(type, obj)) and _NOT_SECRET_KEYS.issuperset(obj):
+    The memory of keys found plain is asked only about exact ``str`` keys (``parsed``: a
+    JSON parser made ``obj``, so they are): a subclass may hash and compare equal to a plain
+    name it does not spell."""
+    if (parsed or _EXACT_STR.issuperset(map(type, obj))) and _NOT_SECRET_KEYS.issuperset(obj):
         return True
     for key in obj:
         if type(key) is not str or _is_secret_key(key):
@@ -407,7 +408,7 @@ class Redactor:
             out = _ANY_SECRET.sub(REDACTED, out)
         return out
 
-    def verbatim(self, text: str, obj: dict[str, Any]) -> bool:
+    def verbatim(self, text: str, obj: dict[str, Any], *, parsed: bool = False) -> bool:
         """Whether ``text``, JSON text of the object ``obj``, may stand for ``value(obj)``
         in the trace: found clean whole, it is what the walk would encode to, once parsed.
 
@@ -417,14 +418,15 @@ class Redactor:
         changes how a neighbour lower-cases); when no key is secret-named (the walk hides
         those by name: one object, the only one with keys); when no registered form could
         hide in a number's own spelling (``1.2345e4`` is ``12345.0``); when nesting cannot
-        reach the walk's depth limit; and when the text is one line.
+        reach the walk's depth limit; and when the text is one line.  ``parsed``: ``obj``
+        is what a JSON parser made of ``text`` (its keys are exact ``str``).
         """
         if self._numeric or "\\" in text or "\n" in text or "\r" in text \
                 or text.count("{") != 1 or text.count("[") > _VERBATIM_BRACKETS:
             return False
         if not text.isascii() and len(text.lower()) != len(text):
             return False  # a character that grows lower-cased: skeletons would differ
-        return _no_secret_key(obj) and self._scrub(text) == text
+        return _no_secret_key(obj, parsed) and self._scrub(text) == text
 
     def _number_holds(self, number: int | float) -> bool:
         """Whether a number's JSON text holds a registered secret (a PIN, a card number)."""

@@ -264,7 +264,7 @@ def args_json(redactor: Redactor, args: dict[str, Any], sent: str | None) -> str
     """
     if type(args) is not dict:  # a subclass may iterate its keys as it likes
         return _json(redactor.value(args))
-    if sent is not None and redactor.verbatim(sent, args):
+    if sent is not None and redactor.verbatim(sent, args, parsed=True):
         return sent
     try:
         text = _encode_strict(args)
