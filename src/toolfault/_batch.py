@@ -7,6 +7,8 @@ read; anything else becomes :class:`Malformed`, which the guard answers with
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +20,37 @@ class Malformed(Exception):
                  ) -> None:
         super().__init__(reason)
         self.reason, self.name, self.call_id = reason, name, call_id
+
+
+class InOrder:
+    """One call's place in a turn's parallel batch: its bodies run at once, but what each
+    result teaches the ladder (a failure in a row, a repeated result) is recorded in the
+    model's order, so a batch gets the decisions it would get in sequence."""
+
+    __slots__ = ("before", "done")
+
+    def __init__(self, before: InOrder | None) -> None:
+        self.before = before
+        self.done = asyncio.Event()
+
+
+#: The batch slot of the call being run (set by ``Guard.arun_tool_calls`` for each item).
+IN_ORDER: contextvars.ContextVar[InOrder | None] = contextvars.ContextVar(
+    "toolfault_in_order", default=None)
+
+
+def take_slot() -> InOrder | None:
+    """This call's batch slot; calls the tool makes itself are not in the batch."""
+    slot = IN_ORDER.get()
+    if slot is not None:
+        IN_ORDER.set(None)
+    return slot
+
+
+async def after_earlier(slot: InOrder | None) -> None:
+    """Wait until the call before this one in the batch has been recorded."""
+    if slot is not None and slot.before is not None:
+        await slot.before.done.wait()
 
 
 def named(name: Any, call_id: Any) -> str:

@@ -96,6 +96,9 @@ class _Call:
     attempts: int = 0
     dispatched: bool = False
     replayable: bool = False
+    #: Enforce would have refused this call (observe and shape modes run it anyway): its
+    #: outcome is counted nowhere, so the counts stay what enforce would have.
+    refused: bool = False
     #: ``kwargs`` are the validated arguments already (see ``Pipeline.admit``).
     validated: bool = False
     #: ``args`` has its keys in sorted order (validated from JSON text by the tool's twin).

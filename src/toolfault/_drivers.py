@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from toolfault._batch import after_earlier, take_slot
 from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
 from toolfault._result import ToolContext, ToolResult
@@ -176,6 +177,7 @@ def _postcondition_sync(guard: Guard, call: _Call) -> Outcome | None:
 async def run_async(guard: Guard, call: _Call) -> ToolResult:
     """Drive one call's pipeline in the running event loop; sync tools run in a thread."""
     pipeline = guard._pipeline
+    slot = take_slot()
     early = pipeline.admit(call)
     if early is not None:
         return early
@@ -187,8 +189,10 @@ async def run_async(guard: Guard, call: _Call) -> ToolResult:
     try:
         value = await _invoke_async(guard, call)
     except Exception as exc:  # the pipeline classifies it
+        await after_earlier(slot)
         result: ToolResult = await _steps_async(guard, call, pipeline.raised(call, exc))
         return result
+    await after_earlier(slot)
     return pipeline.returned(call, value)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, overload
 
 from toolfault import _call, _trace
-from toolfault._batch import batch_items, unpack_call, unusable_item
+from toolfault._batch import IN_ORDER, InOrder, batch_items, unpack_call, unusable_item
 from toolfault._budget import Budgets
 from toolfault._call import _Call, _new_call_id
 from toolfault._catalog import Catalog
@@ -406,15 +406,27 @@ class Guard:
         return results
 
     async def arun_tool_calls(self, calls: Iterable[Any]) -> list[ToolResult]:
-        """Run one turn's parallel calls concurrently, results in the order given."""
-        async def one(item: Any) -> ToolResult:
-            try:
-                name, args, cid = unpack_call(item)
-            except Exception as exc:  # noqa: BLE001
-                return self._invalid_call(item, exc)
-            return await self.acall(name, args, call_id=cid)
+        """Run one turn's parallel calls concurrently, results in the order given.
 
-        return list(await asyncio.gather(*(one(item) for item in batch_items(calls))))
+        The bodies run at once; the ladder records their outcomes in the order given, so
+        the batch gets the decisions the same calls would get one after another."""
+        async def one(item: Any, slot: InOrder) -> ToolResult:
+            IN_ORDER.set(slot)
+            try:
+                try:
+                    name, args, cid = unpack_call(item)
+                except Exception as exc:  # noqa: BLE001
+                    return self._invalid_call(item, exc)
+                return await self.acall(name, args, call_id=cid)
+            finally:
+                slot.done.set()
+
+        items = batch_items(calls)
+        slots: list[InOrder] = []
+        for _ in items:
+            slots.append(InOrder(slots[-1] if slots else None))
+        return list(await asyncio.gather(*(one(item, slot)
+                                           for item, slot in zip(items, slots, strict=True))))
 
     def _invalid_call(self, item: Any, exc: BaseException) -> ToolResult:
         """``invalid_call`` for a batch item that could not be read as a tool call."""

@@ -1,13 +1,21 @@
-"""The ladder after the cap: blocks, halts, per-tool failure ceilings and no progress.
+"""The ladder after the cap: stop the smallest thing first, and never good work.
 
-Counting identical failures (the store's job) stops one call; this stops a turn that keeps
-going nowhere: a call made again after it was blocked halts the turn, so does a tool that
-failed ``max_tool_failures_per_turn`` times, and a read repeated with identical results is
-``no_progress``.  Per-turn state lives in :class:`~toolfault._progress.Progress`.
+Counting identical failures (the store's job) caps one call.  This module decides the rungs
+above it (see :class:`~toolfault._limits.Limits`): a tool failing again and again with
+changing arguments is blocked for the turn; a read returning the same result again is
+answered with its result and a note, and only at ``no_progress_repeats`` identical results is
+it ``no_progress``; a turn halts only when the model keeps ignoring blocks.  Repetition is
+not failure: a success resets its tool's count, a changed result marks a poller, and results
+are compared without their volatile fields.
+
+Every decision is taken the same way in every mode, so observe mode predicts exactly what
+enforce does (the pipeline acts on it only in enforce).  Per-turn state lives in
+:class:`~toolfault._progress.Progress`.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -16,13 +24,29 @@ from toolfault._call import NOT_JSON, _Call
 from toolfault._classify import Failure, from_entry
 from toolfault._errors import Outcome
 from toolfault._message import format_seconds
-from toolfault._progress import _BREAK, TurnState, repeats
+from toolfault._progress import Seen, TurnState
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult
+from toolfault._sameness import MAX_COMPARED_CHARS, digest
 from toolfault._tool import ToolSpec
 
 if TYPE_CHECKING:
     from toolfault._guard import Guard
+
+#: What a read-only success repeated adds to the result the model reads.
+REPEAT_NOTE = "(Note: same result as your previous identical call.)"
+#: The result shown inside a ``no_progress`` message is cut to this many characters.
+_MAX_RESULT_IN_MESSAGE = 2_000
+
+
+class Repeat(enum.Enum):
+    """What a success is, compared with the identical call's earlier results in the turn."""
+
+    NEW = "new"
+    #: The same result again: returned with :data:`REPEAT_NOTE`.
+    SAME = "same"
+    #: The same result ``no_progress_repeats`` times: ``no_progress``, the call is blocked.
+    NO_PROGRESS = "no_progress"
 
 
 class Ladder:
@@ -30,36 +54,70 @@ class Ladder:
 
     def __init__(self, guard: Guard) -> None:
         self._g = guard
-        self._cached_state: TurnState | None = None  # this scope's current turn, for speed
-        self._cached_for: str | None = None
-        self._cached_turn = -1
+
+    def _state(self) -> TurnState:
+        """This scope's current turn (call with the progress lock held)."""
+        g = self._g
+        return g._progress.state(g.task_id, g._turn)
+
+    # -- refusals: a block ignored, and the halt as the last rung ---------------------------
+    def _refusal(self, call: _Call, told: str) -> str | None:
+        """Count one refused call; the halt clause when this refusal ends the turn."""
+        g = self._g
+        with g._progress.lock:
+            state = self._state()
+            state.refusals += 1
+            refusals = state.refusals
+        limit = g.limits.halt_after_refusals
+        if limit is None or refusals < limit:
+            return None
+        return f"{call.name} was called again after being told {told}"
 
     def blocked(self, call: _Call, adm: Admission) -> ToolResult:
+        """The identical call after its cap (or after ``no_progress``): the same terminal
+        message again, not dispatched; the halt when the model keeps ignoring blocks."""
         g = self._g
         key = call.key
         assert key is not None
         now = g._clock()
-        progress = g._progress
-        with progress.lock:
-            state = progress.state(g.task_id, g._turn)
-            refused = state.refused.get(key, 0) + 1
-            state.refused[key] = refused
+        with g._progress.lock:
+            state = self._state()
             since = state.capped.setdefault(key, now)  # capped by another process: from now
             state.failed.setdefault(key, call.name)
-        halt_after = g.limits.halt_after_terminal
-        if halt_after is not None and refused >= halt_after:
-            told = "it would not change anything" if adm.last_code == "no_progress" else \
-                "retrying it was not allowed"
-            return self.halt(call, f"{call.name} was called again after being told {told}")
+        no_progress = adm.last_code == "no_progress"
+        told = "it would not change anything" if no_progress else "retrying it was not allowed"
+        clause = self._refusal(call, told)
+        if clause is not None:
+            return self.halt(call, clause)
         window = g.limits.block_seconds
         blocked_for = None if window is None else float(max(1, math.ceil(window - (now - since))))
+        if no_progress:
+            reason = f"{call.name} keeps returning the same result for these arguments"
+            if blocked_for is not None:
+                reason += f", so it is refused for the next {format_seconds(blocked_for)}"
+            failure = from_entry(g.catalog.get("no_progress"), reason)
+            return g._shaper.blocked_tool(call, failure)
         code, _, param = (adm.last_code or "tool_error").partition(":")
-        entry = g.catalog.get(code)
-        failure = from_entry(entry, "identical call blocked")
+        failure = from_entry(g.catalog.get(code), "identical call blocked")
         alternatives = g._shaper.alternatives(call, failure)
         failure.param = param or None
         return g._shaper.terminal(call, failure, adm.failures, alternatives,
                                   blocked_for=blocked_for, blocked=True)
+
+    def tool_refused(self, call: _Call) -> ToolResult | None:
+        """A call of a tool blocked for the turn (``None``: the tool is not blocked)."""
+        g = self._g
+        with g._progress.lock:
+            state = g._progress.get(g.task_id, g._turn)
+            block = state.blocked_tools.get(call.name) if state is not None else None
+        if block is None:
+            return None
+        since, why = block
+        clause = self._refusal(call, f"{call.name} may not be called again in this turn")
+        if clause is not None:
+            return self.halt(call, clause)
+        return self._tool_blocked(call, f"{why}, so it is blocked for the rest of this turn",
+                                  since=since, outcome=Outcome.NO_EFFECT)
 
     def halt(self, call: _Call, clause: str, *, outcome: Outcome = Outcome.NO_EFFECT,
              blocked: bool = True) -> ToolResult:
@@ -82,7 +140,8 @@ class Ladder:
         over = "this turn is over" if left is None else \
             f"calls are refused for the next {format_seconds(left)}"
         if first:
-            g._emitter.incident(IncidentKind.HALT, call.name, "halted", clause)
+            if g.mode == "enforce":
+                g._emitter.incident(IncidentKind.HALT, call.name, "halted", clause)
             reason = f"{clause}, so {over}"
         else:
             reason = f"{over} because {clause}"
@@ -117,89 +176,131 @@ class Ladder:
         return self.halt(call, "")
 
     def lift_expired(self, key: CallKey) -> None:
-        """Lift a block older than ``Limits.block_seconds`` (the store forgets the count)."""
+        """Lift blocks older than ``Limits.block_seconds`` (the store forgets the count)."""
         g = self._g
         window = g.limits.block_seconds
-        progress = g._progress
-        with progress.lock:
-            state = progress.get(key.task, key.turn)
-            since = state.capped.get(key) if state is not None else None
-            if state is None or since is None or window is None \
-                    or g._clock() - since < window:
+        if window is None:
+            return
+        now = g._clock()
+        with g._progress.lock:
+            state = g._progress.get(key.task, key.turn)
+            if state is None:
+                return
+            for tool, (since, _) in list(state.blocked_tools.items()):
+                if now - since >= window:
+                    del state.blocked_tools[tool]
+                    state.tool_failures.pop(tool, None)
+            capped = state.capped.get(key)
+            if capped is None or now - capped < window:
                 return
             del state.capped[key]
-            state.refused.pop(key, None)
             state.failed.pop(key, None)
+            state.results.pop(key.fingerprint, None)
         g._safe_store(g._store.clear_failures, key)
 
+    # -- after the call ------------------------------------------------------------------------
     def note_failure(self, call: _Call, failure: Failure, *, terminal: bool
                      ) -> ToolResult | None:
-        """Count a genuine failure per tool (each attempt); the halt at the tool's ceiling."""
+        """Count a failure of the tool (one per call, its retries included); at the tool's
+        ceiling of failures in a row, the tool is blocked for the turn."""
         g = self._g
         key = call.key
-        progress = g._progress
-        with progress.lock:
-            state = progress.state(g.task_id, g._turn)
-            # Every failed run of the body counts, retries inside the wrapper included: a
-            # transient tool that failed 3 attempts twice has failed 6 times.
-            failures = state.tool_failures.get(call.name, 0) + max(1, call.attempts)
+        with g._progress.lock:
+            state = self._state()
+            failures = state.tool_failures.get(call.name, 0) + 1
             state.tool_failures[call.name] = failures
-            history = state.history
-            history.append(_BREAK)
-            keep = (g.limits.no_progress_cycle or 1) * g.limits.no_progress_repeats
-            if len(history) > keep:
-                del history[:-keep]
             if key is not None:
                 state.failed[key] = call.name
+                state.results.pop(key.fingerprint, None)
                 if terminal:
                     state.capped.setdefault(key, g._clock())
         ceiling = g.limits.max_tool_failures_per_turn
-        if ceiling is not None and failures >= ceiling and failure.code != "invalid_call":
-            return self.halt(call, f"{call.name} failed {failures} times in this turn "
-                                   f"(last: {failure.code})", outcome=failure.outcome,
-                             blocked=False)
-        return None
+        if ceiling is None or failures < ceiling or failure.code == "invalid_call":
+            return None
+        why = f"{call.name} failed {failures} times in a row in this turn (last: {failure.code})"
+        now = g._clock()
+        with g._progress.lock:
+            self._state().blocked_tools[call.name] = (now, why)
+        if g.mode == "enforce":
+            g._emitter.incident(IncidentKind.TOOL_BLOCKED, call.name, "tool_blocked", why)
+        return self._tool_blocked(call, f"{why}, so it is blocked for the rest of this turn",
+                                  since=now, outcome=failure.outcome)
 
-    def note_success(self, spec: ToolSpec, args: Any, text: str) -> int:
-        """Record a success; the length of the no-progress cycle it completes, else 0.
+    def _tool_blocked(self, call: _Call, reason: str, *, since: float, outcome: Outcome
+                      ) -> ToolResult:
+        g = self._g
+        window = g.limits.block_seconds
+        if window is not None:
+            left = max(1, math.ceil(window - (g._clock() - since)))
+            reason = reason.replace("for the rest of this turn",
+                                    f"for the next {format_seconds(float(left))}")
+        failure = from_entry(g.catalog.get("tool_blocked"), reason, outcome=outcome)
+        return g._shaper.blocked_tool(call, failure)
 
-        Also lifts the blocks of other tools when ``Limits.success_lifts_blocks`` is set.
-        On the hot path: one cached turn state, one append, one or three comparisons.
-        """
+    def note_success(self, call: _Call, text: str) -> Repeat:
+        """Record a success: its tool's failures in a row end, and a read-only call's result
+        is compared with the identical call's last one (see :class:`Repeat`)."""
         g = self._g
         limits = g.limits
-        state = self._cached_state
-        if state is None or not state.live or self._cached_for is not g.task_id \
-                or self._cached_turn != g._turn:
-            state = self._current_state()
+        spec = call.spec
+        assert spec is not None
+        with g._progress.lock:
+            state = self._state()
+            if state.tool_failures:
+                state.tool_failures.pop(call.name, None)
         if limits.success_lifts_blocks and state.failed:
-            self._lift_after_success(state, spec.name)
-        longest = limits.no_progress_cycle
-        if longest is None:
-            return 0
-        # No lock: appends are atomic, and a race between two threads of one turn can at
-        # worst miss a repeat, never invent one (entries must be equal).
-        history = state.history
+            self._lift_after_success(state, call.name)
+        if spec.side_effect:
+            return Repeat.NEW
+        fingerprint = call.fp or (call.fingerprint() if call.fingerprint is not None else "")
+        if not fingerprint:
+            return Repeat.NEW
+        with g._progress.lock:
+            seen = state.seen(fingerprint)
+            if seen is None:
+                keep = text if len(text) <= MAX_COMPARED_CHARS else None
+                state.remember(fingerprint, Seen(keep, None if keep is not None
+                                                 else digest(text, limits.volatile_fields)))
+                return Repeat.NEW
+            same = self._same(seen, text)
+            if not same:
+                state.remember(fingerprint, Seen(text, None))
+            else:
+                seen.repeats += 1
+            repeats = seen.repeats
+        if not same:
+            self._learn_poller(fingerprint)
+            return Repeat.NEW
         times = limits.no_progress_repeats
-        if len(history) >= longest * times:  # the newest longest * times entries are kept
-            del history[0]
-        if spec.side_effect or spec.name in limits.progress_exempt:
-            history.append(_BREAK)
-            return 0
-        # The result's hash first: a different result fails a comparison at once; a cycle
-        # repeats its newest entry, so one seen once completes none.
-        entry = (hash(text), spec.name, args)
-        history.append(entry)
-        return repeats(history, longest, times) if history.count(entry) >= times else 0
+        if times is None or repeats < times or spec.name in limits.progress_exempt \
+                or self._is_poller(fingerprint):
+            return Repeat.SAME
+        return Repeat.NO_PROGRESS
 
-    def _current_state(self) -> TurnState:
-        """The turn's state, cached for the calls that follow in the same turn and task."""
+    def _same(self, seen: Seen, text: str) -> bool:
+        """Whether ``text`` says what the last result said (volatile fields aside)."""
+        if seen.text is not None and seen.text == text:
+            return True
+        volatile = self._g.limits.volatile_fields
+        if seen.digest is None:
+            if seen.text is None:
+                return False
+            seen.digest = digest(seen.text, volatile)
+            seen.text = None  # the digest stands for it from now on
+        return seen.digest == digest(text, volatile)
+
+    def _learn_poller(self, fingerprint: str) -> None:
+        """A changed result: this call is a poller, here and (through the store) everywhere."""
         g = self._g
-        progress = g._progress
-        with progress.lock:
-            state = progress.state(g.task_id, g._turn)
-        self._cached_state, self._cached_for, self._cached_turn = state, g.task_id, g._turn
-        return state
+        with g._progress.lock:
+            g._progress.learn_poller(g.task_id, fingerprint)
+        g._safe_store(g._store.mark_poller, fingerprint)
+
+    def _is_poller(self, fingerprint: str) -> bool:
+        g = self._g
+        if g._progress.is_poller(g.task_id, fingerprint):
+            return True
+        return bool(g._safe_store(g._store.is_poller, fingerprint))
 
     def _lift_after_success(self, state: TurnState, tool: str) -> None:
         """``Limits.success_lifts_blocks``: the blocks of other tools end."""
@@ -217,37 +318,31 @@ class Ladder:
             if name != tool:
                 del state.failed[key]
                 state.capped.pop(key, None)
-                state.refused.pop(key, None)
                 lifted.append(key)
+        for name in list(state.blocked_tools):
+            if name != tool:
+                del state.blocked_tools[name]
+                state.tool_failures.pop(name, None)
         return lifted
 
-    def no_progress(self, call: _Call, cycle: int) -> ToolResult:
-        """The ``no_progress`` message (the call is blocked from now on), or the halt."""
+    def no_progress(self, call: _Call, text: str, data: Any) -> ToolResult:
+        """The ``no_progress`` message with the result still in it; the call is blocked."""
         g = self._g
         if not call.fp:
             g._pipeline.resolve_fp(call)
         key = CallKey(g.task_id, g._turn, call.fp)
         call.key = key
-        progress = g._progress
-        with progress.lock:
-            state = progress.state(g.task_id, g._turn)
-            state.no_progress += 1
-            told = state.no_progress
-        if cycle == 1:
-            reason = (f"{call.name} returned the same result as the identical call before it; "
-                      "calling it again will not change anything")
-        else:
-            reason = (f"the last {cycle} calls repeat the {cycle} before them with identical "
-                      "results; repeating them again will not change anything")
-        halt_after = g.limits.halt_after_no_progress
-        if halt_after is not None and told > halt_after:
-            return self.halt(call, "the calls keep returning the same results",
-                             blocked=False)
-        g._emitter.incident(IncidentKind.NO_PROGRESS, call.name, "no_progress", reason)
+        times = g.limits.no_progress_repeats
+        reason = (f"{call.name} returned the same result {times} times; calling it again "
+                  "will not change anything")
+        if g.mode == "enforce":
+            g._emitter.incident(IncidentKind.NO_PROGRESS, call.name, "no_progress", reason)
         failure = from_entry(g.catalog.get("no_progress"), reason)
         g._safe_store(g._store.record_failure, key, "no_progress", 1)
-        with progress.lock:
+        with g._progress.lock:
+            state = self._state()
             state.failed[key] = call.name
             state.capped.setdefault(key, g._clock())
-        return g._shaper.no_progress(call, failure)
-
+        shown = text if len(text) <= _MAX_RESULT_IN_MESSAGE else \
+            f"{text[:_MAX_RESULT_IN_MESSAGE]}... ({len(text)} characters in all)"
+        return g._shaper.no_progress(call, failure, shown, data)

@@ -6,9 +6,11 @@ can be shared by many guards.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from toolfault._errors import ConfigurationError, FailureClass
 
@@ -48,37 +50,57 @@ class Backoff:
 NO_BACKOFF = Backoff(attempts=1)
 
 
+#: Result keys that say when or how fast, not what: ignored when two results are compared.
+#: A key matches whatever its case and separators (``request_id``, ``requestId``,
+#: ``Request-ID``); ``delivery_date`` or ``updated_at`` are not here: they can be news.
+DEFAULT_VOLATILE_FIELDS: frozenset[str] = frozenset({
+    "timestamp", "ts", "time", "now", "server_time", "current_time", "as_of",
+    "elapsed", "elapsed_ms", "elapsed_seconds", "duration", "duration_ms", "latency",
+    "latency_ms", "took", "took_ms", "uptime", "request_id", "trace_id", "span_id",
+    "correlation_id", "nonce", "etag", "fetched_at", "retrieved_at", "generated_at",
+    "checked_at", "responded_at", "served_at",
+})
+
+_UNSET: Any = None.__class__  # a sentinel no user passes (the type of None)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Per-turn and per-task ceilings the guard enforces.
 
     ``retry_limit`` overrides the per-class defaults for every class; a catalog row's own
-    ``retry_limit`` overrides both.  ``max_calls_per_turn`` and ``max_spend_per_task`` turn a
-    runaway loop into a reported ``budget_exceeded`` incident.
+    ``retry_limit`` overrides both.  ``max_calls_per_turn`` and ``max_spend_per_task`` are
+    hard limits: a runaway loop becomes a reported ``budget_exceeded`` incident.
 
-    The ladder after the cap, for a model that does not stop on its own (every rung is an
-    incident; a halt sets ``ToolResult.halt`` and ``"halt": true`` in ``result.data``, and
-    every further call of that turn gets the halt message until ``new_turn()``):
+    The ladder stops the smallest thing first and never a model doing good work (the figures
+    behind each default: ``toolfault bench --loops`` and docs/bench.md).  Every rung is an
+    incident; ``toolfault calibrate TRACE`` replays your own traffic under other values.
 
-    - ``halt_after_terminal``: the terminal message blocks the fingerprint; the N-th refused
-      call after it halts the turn (``1``: block at the cap, halt at cap + 1).  ``None``
-      blocks for ever without halting.
-    - ``max_tool_failures_per_turn``: the N-th failure of one tool in a turn, whatever its
-      arguments, halts the turn.
-    - ``no_progress_cycle``: a read-only tool (not ``side_effect``) returning the identical
-      result for the identical call again, or a cycle of read-only calls (``A,B,A,B`` up to
-      this length) repeating with identical results, gets the ``no_progress`` message;
-      ``halt_after_no_progress`` further no-progress calls halt the turn.  ``no_progress_repeats``
-      is how many times in a row the call (or cycle) must occur (2: the first repeat).  Tools
-      named in ``progress_exempt`` (pollers whose result may legitimately stay the same) are
-      never flagged.
-    - ``block_seconds``: a block (and a halt) is lifted after this many seconds, and the
-      message states the time ("not allowed for the next 60 seconds"); for loops without turn
-      boundaries, such as sessionless MCP.  ``success_lifts_blocks``: a successful call to
-      another tool lifts the blocks of the scope's other tools.
+    1. The identical failing call: at its class's cap the terminal message names the legal
+       moves and the fingerprint is blocked (the same message again, not dispatched).  A
+       meaningfully changed call is let through.
+    2. One tool failing with varying arguments: ``max_tool_failures_per_turn`` *consecutive*
+       failures of that tool (a success of the tool resets the count; one call's retries
+       inside the wrapper count once) block the tool for the turn with a four-part
+       ``tool_blocked`` naming the alternatives; other tools keep working.
+    3. Identical results: the result is always returned, from the second identical one with a
+       short note; at ``no_progress_repeats`` identical results of the identical call it is
+       ``no_progress`` (the result still included) and the call is blocked.  A call whose
+       identical call ever returned something else is a poller and never ``no_progress``;
+       so are ``side_effect`` tools and tools named in ``progress_exempt``.  Keys named in
+       ``volatile_fields`` (timestamps, durations, request ids: any case and separator) and
+       ISO times and UUIDs in text are ignored when results are compared.  ``None`` switches it off.
+    4. The halt, last: a turn in which the model has ignored blocks ``halt_after_refusals``
+       times (a blocked call, tool or no-progress call made again) ends; every further call
+       of it gets the halt message until ``new_turn()``.  ``None`` blocks without halting.
 
-    The per-tool and no-progress counts live in the guard's process (per task and turn);
-    the fingerprint counts live in the store.
+    ``block_seconds`` lifts a block (and a halt) after that many seconds, and the message
+    states the time; for loops without turn boundaries, such as sessionless MCP.
+    ``success_lifts_blocks``: a successful call to another tool lifts the scope's blocks.
+
+    Deprecated names still accepted, with a ``DeprecationWarning``: ``halt_after_terminal``
+    (now ``halt_after_refusals``), ``no_progress_cycle`` (cycles are caught by the repeats of
+    their calls; ``None`` still switches no-progress off) and ``halt_after_no_progress``.
     """
 
     retry_limit: int | None = None
@@ -88,33 +110,60 @@ class Limits:
     max_calls_per_turn: int | None = None
     max_spend_per_task: float | None = None
     backoff: Backoff = field(default_factory=Backoff)
-    halt_after_terminal: int | None = 1
+    halt_after_refusals: int | None = 2
     max_tool_failures_per_turn: int | None = 5
-    no_progress_cycle: int | None = 3
-    halt_after_no_progress: int | None = 1
-    no_progress_repeats: int = 2
+    no_progress_repeats: int | None = 5
     progress_exempt: frozenset[str] = frozenset()
+    volatile_fields: frozenset[str] = DEFAULT_VOLATILE_FIELDS
     block_seconds: float | None = None
     success_lifts_blocks: bool = False
+    halt_after_terminal: Any = field(default=_UNSET, repr=False, compare=False)
+    no_progress_cycle: Any = field(default=_UNSET, repr=False, compare=False)
+    halt_after_no_progress: Any = field(default=_UNSET, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("halt_after_terminal", "max_tool_failures_per_turn", "no_progress_cycle",
-                     "halt_after_no_progress"):
+        self._translate_deprecated()
+        for name in ("halt_after_refusals", "max_tool_failures_per_turn"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigurationError(f"Limits.{name} must be at least 1 (or None)")
-        if not isinstance(self.no_progress_repeats, int) or self.no_progress_repeats < 2:
-            raise ConfigurationError("Limits.no_progress_repeats must be at least 2")
+        repeats = self.no_progress_repeats
+        if repeats is not None and (not isinstance(repeats, int) or repeats < 2):
+            raise ConfigurationError("Limits.no_progress_repeats must be at least 2 (or None)")
         if self.block_seconds is not None and not self.block_seconds > 0:
             raise ConfigurationError("Limits.block_seconds must be greater than 0 (or None)")
-        if not isinstance(self.progress_exempt, frozenset):
-            object.__setattr__(self, "progress_exempt", frozenset(self.progress_exempt))
+        for name in ("progress_exempt", "volatile_fields"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ConfigurationError(f"Limits.{name} must be a collection of names, "
+                                         "not one string")
+            if not isinstance(value, frozenset):
+                object.__setattr__(self, name, frozenset(value))
+        object.__setattr__(self, "volatile_fields",
+                           frozenset(field_key(str(v)) for v in self.volatile_fields))
         if self.retry_limit is not None and self.retry_limit < 1:
             raise ConfigurationError("Limits.retry_limit must be at least 1")
         if self.max_calls_per_turn is not None and self.max_calls_per_turn < 1:
             raise ConfigurationError("Limits.max_calls_per_turn must be at least 1")
         if self.max_spend_per_task is not None and self.max_spend_per_task < 0:
             raise ConfigurationError("Limits.max_spend_per_task must not be negative")
+
+    def _translate_deprecated(self) -> None:
+        """The ladder's earlier names, mapped onto the rungs that replaced them."""
+        old = {name: getattr(self, name) for name in
+               ("halt_after_terminal", "no_progress_cycle", "halt_after_no_progress")}
+        given = [name for name, value in old.items() if value is not _UNSET]
+        if not given:
+            return
+        warnings.warn(f"Limits({', '.join(given)}=...) is deprecated: see the Limits "
+                      "docstring for the rungs that replaced it", DeprecationWarning,
+                      stacklevel=4)
+        if old["halt_after_terminal"] is not _UNSET:
+            object.__setattr__(self, "halt_after_refusals", old["halt_after_terminal"])
+        if old["no_progress_cycle"] is None:
+            object.__setattr__(self, "no_progress_repeats", None)
+        for name in given:
+            object.__setattr__(self, name, _UNSET)
 
     def limit_for(self, failure_class: FailureClass, row_limit: int | None = None) -> int:
         """Consecutive identical failures allowed before the terminal message."""
@@ -123,3 +172,8 @@ class Limits:
         if self.retry_limit is not None:
             return self.retry_limit
         return self.retry_limits.get(failure_class, DEFAULT_RETRY_LIMITS[failure_class])
+
+
+def field_key(name: str) -> str:
+    """A result key as ``volatile_fields`` compares it: lower case, no separators."""
+    return name.lower().replace("_", "").replace("-", "").replace(" ", "")

@@ -35,6 +35,7 @@ from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Rai
 from toolfault._classify import Failure, from_entry, from_exception
 from toolfault._errors import FailureClass, Outcome, StateUnavailableError
 from toolfault._fingerprint import fingerprint, fingerprint_json_values
+from toolfault._ladder import REPEAT_NOTE, Repeat
 from toolfault._message import echo_args
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult, new_result
@@ -172,9 +173,9 @@ class Pipeline:
         g = self._g
         if spec is None:
             call.name = g._shaper.safe_name(call.name)
-        if g._progress.halted and g.mode == "enforce":
+        if g._progress.halted:
             halted = g._ladder.still_halted(call, spec, args)
-            if halted is not None:
+            if halted is not None and self._enforced(call, halted, "would_halt") is not None:
                 return halted
         if spec is None:  # the name is the first mistake to report, whatever the arguments
             if args is NOT_JSON:
@@ -205,6 +206,12 @@ class Pipeline:
         if adm.over is not None or adm.blocked or adm.busy:
             return self._refused(call)
         call.request = request  # settled when the call ends
+        if g._progress.has_capped(g.task_id, g._turn):  # a tool blocked for the turn?
+            refused = g._ladder.tool_refused(call)
+            if refused is not None and self._enforced(
+                    call, refused, "would_halt" if refused.halt else "would_block_tool"):
+                g._budgets.refund(call)  # charged at admission, never dispatched
+                return refused
         if not call.fp and fp._value is not None:  # the store needed it: the key is free now
             self.resolve_fp(call)
         if call.validated:  # strictly, before admission (see _validated_plain)
@@ -232,9 +239,9 @@ class Pipeline:
             if over is not None:
                 return over
         if adm.blocked:
-            if g.mode == "enforce":
-                return g._ladder.blocked(call, adm)
-            call.shadow["would_block"] = True
+            refused = g._ladder.blocked(call, adm)
+            if self._enforced(call, refused, "would_halt" if refused.halt else "would_block"):
+                return refused
         if adm.busy:
             if g.mode == "enforce":
                 return self.fail(call, from_entry(
@@ -242,6 +249,16 @@ class Pipeline:
                     f"an identical {call.name} call is still running"), count=False)
             call.shadow["would_be_busy"] = True
         return self._validate(call, call.spec, call.args)
+
+    def _enforced(self, call: _Call, refused: ToolResult, mark: str) -> ToolResult | None:
+        """A refusal the ladder decided: the answer in enforce mode; in the other modes the
+        call goes on, marked (``mark`` in the trace's shadow) and counted nowhere, as
+        enforce would not have run it: so observe predicts enforce exactly."""
+        if self._g.mode == "enforce":
+            return refused
+        call.shadow[mark] = True
+        call.refused = True
+        return None
 
     def _validate(self, call: _Call, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
         """Validation where the fast validator is not the whole story (any validator)."""
@@ -421,7 +438,7 @@ class Pipeline:
         count = failure.outcome is not Outcome.APPLIED
         self.resolve_fp(call)
         assert call.key is not None
-        if not count:
+        if not count and not call.refused:
             g._safe_store(g._store.clear_failures, call.key)
         result = self.fail(call, failure, count=count)
         if call.entry is not None:
@@ -441,7 +458,7 @@ class Pipeline:
         spec = call.spec
         assert spec is not None
         adm = call.admission
-        if adm is not None and adm.failures and call.key is not None:
+        if adm is not None and adm.failures and call.key is not None and not call.refused:
             g._safe_store(g._store.clear_failures, call.key)
         text, data = g._shaper.success_text(value)
         if call.entry is not None:
@@ -449,10 +466,15 @@ class Pipeline:
                                  told_effect=Outcome.APPLIED, confirmed_by="return",
                                  attempts=call.attempts, told_text=_told(text))
             g._effects.put_ledger(call.entry)
-        if g.mode == "enforce":  # no progress, blocks lifted by a success: see note_success
-            cycle = g._ladder.note_success(spec, call.args, text)
-            if cycle:
-                return g._ladder.no_progress(call, cycle)
+        if not call.refused:  # no progress, blocks lifted by a success: see note_success
+            repeat = g._ladder.note_success(call, text)
+            if repeat is Repeat.NO_PROGRESS:
+                refused = g._ladder.no_progress(call, text, data)
+                if g.mode == "enforce":
+                    return refused
+                call.shadow["would_no_progress"] = True
+            elif repeat is Repeat.SAME and g.mode != "observe":
+                text = f"{text}\n{REPEAT_NOTE}"
         fp = call.fingerprint
         return new_result(spec.name, True, text, data, call.attempts, call.call_id, None,
                           call.fp or fp or "")
@@ -467,6 +489,7 @@ class Pipeline:
                                    failure.entry.retry_limit or (spec.retry_limit
                                                                  if spec else None))
         failures = 0
+        count = count and not call.refused
         if count and spec is not None and not call.fp:
             self.resolve_fp(call)
         if count and call.key is not None:
@@ -477,10 +500,12 @@ class Pipeline:
                 failures = 0
             if failures >= limit and g.mode != "enforce":
                 call.shadow["would_be_terminal"] = True
-        if count and g.mode == "enforce":
-            halted = g._ladder.note_failure(call, failure, terminal=failures >= limit)
-            if halted is not None:
-                return halted
+        if count:
+            blocked = g._ladder.note_failure(call, failure, terminal=failures >= limit)
+            if blocked is not None:
+                if g.mode == "enforce":
+                    return blocked
+                call.shadow["would_block_tool"] = True
         alternatives = g._shaper.alternatives(call, failure)
         if count and failures >= limit and g.mode == "enforce":
             g._emitter.incident(IncidentKind.RETRY_CAP, call.name, failure.code,

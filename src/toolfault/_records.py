@@ -23,11 +23,13 @@ class IncidentKind(enum.Enum):
     EFFECT_MISMATCH = "effect_mismatch"
     STATE_DEGRADED = "state_degraded"
     POSTCONDITION_FAILED = "postcondition_failed"
-    #: The guard ended a turn (refused call after the terminal message, a tool failing too
-    #: often, or calls making no progress): ``ToolResult.halt`` was set.
+    #: The guard ended a turn (the model kept making calls it had been told were blocked):
+    #: ``ToolResult.halt`` was set.
     HALT = "halt"
-    #: A read-only call returned the identical result again, or a cycle of calls repeated.
+    #: A read-only call returned the identical result ``Limits.no_progress_repeats`` times.
     NO_PROGRESS = "no_progress"
+    #: One tool failed ``Limits.max_tool_failures_per_turn`` times in a row: blocked for the turn.
+    TOOL_BLOCKED = "tool_blocked"
     #: After a store outage, an idempotency key held locally was found claimed by another
     #: worker in the shared store: the same action may have run twice.
     KEY_CONFLICT = "key_conflict"

@@ -104,11 +104,25 @@ class Shaper:
         return self._error_result(call, failure, text, problem, terminal=True,
                                   blocked=blocked, halt=True)
 
-    def no_progress(self, call: _Call, failure: Failure) -> ToolResult:
+    def no_progress(self, call: _Call, failure: Failure, result_text: str, result: Any
+                    ) -> ToolResult:
+        """``no_progress``: the four-part message, then the result the model asked for (it
+        is never withheld); ``data["result"]`` holds the value."""
         text, problem = self._four_part(call, failure, self._echo(call),
                                         self.alternatives(call, failure))
         problem["terminal"] = True
+        problem["result"] = result
+        if self._g.mode != "observe":
+            text = f"{text}\nResult (unchanged): {result_text}"
         return self._error_result(call, failure, text, problem, terminal=True)
+
+    def blocked_tool(self, call: _Call, failure: Failure) -> ToolResult:
+        """``tool_blocked``: the tool failed too often in a row; the others still work."""
+        text, problem = self._four_part(call, failure, self._echo(call),
+                                        self.alternatives(call, failure))
+        problem["terminal"] = True
+        problem["blocked"] = True
+        return self._error_result(call, failure, text, problem, terminal=True, blocked=True)
 
     def pack(self, call: _Call, failure: Failure) -> str:
         """The code (and the parameter it is about) kept with a failure record."""

@@ -162,6 +162,23 @@ class Records(Protocol):
 
 
 @runtime_checkable
+class Pollers(Protocol):
+    """What the fleet learned about calls whose result changes (optional for a store).
+
+    A call (fingerprint) whose identical call ever returned a different result is a poller:
+    it is never ``no_progress``.  A store without these methods keeps that per process.
+    """
+
+    def mark_poller(self, fingerprint: str) -> None:
+        """Remember ``fingerprint`` as a poller (for the store's retention)."""
+        ...
+
+    def is_poller(self, fingerprint: str) -> bool:
+        """Whether any worker saw this call's result change."""
+        ...
+
+
+@runtime_checkable
 class Store(Counters, KeyLocks, Records, Protocol):
     """The whole state protocol: counters, key locks and records, plus ``close``."""
 
@@ -287,6 +304,10 @@ class _Task:
         self.incidents: list[Incident] = []
 
 
+#: Poller fingerprints a memory store remembers (the oldest are forgotten first).
+_MAX_POLLERS = 100_000
+
+
 class MemoryStore:
     """The default store: one process, thread-safe, asyncio-safe (no awaits inside a step).
 
@@ -324,6 +345,8 @@ class MemoryStore:
         self._turns: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
         #: (task, token) -> (expiry, holder)
         self._held: dict[tuple[str, str], tuple[float, str]] = {}
+        #: Fingerprints whose result was seen to change (see :class:`Pollers`).
+        self._pollers: OrderedDict[str, None] = OrderedDict()
         # Expiry sweeps run when a task is new, a turn is beyond max_turns, or at the first
         # use a second after the last sweep (expiry needs no finer clock).
         self._next_sweep = 0.0
@@ -557,6 +580,16 @@ class MemoryStore:
     def add_incident(self, incident: Incident) -> None:
         with self._lock:
             self._use_task(incident.task, time.monotonic()).incidents.append(incident)
+
+    def mark_poller(self, fingerprint: str) -> None:
+        with self._lock:
+            self._pollers[fingerprint] = None
+            self._pollers.move_to_end(fingerprint)
+            if len(self._pollers) > _MAX_POLLERS:
+                self._pollers.popitem(last=False)
+
+    def is_poller(self, fingerprint: str) -> bool:
+        return fingerprint in self._pollers
 
     def incidents(self, task: str) -> list[Incident]:
         with self._lock:
@@ -1049,6 +1082,20 @@ class DegradingRecords:
         return self._outage.run(self._primary.swap_ledger, self._fallback.swap_ledger,
                                 entry, expected)
 
+    def mark_poller(self, fingerprint: str) -> None:
+        self._fallback.mark_poller(fingerprint)
+        mark = getattr(self._primary, "mark_poller", None)
+        if callable(mark):
+            self._outage.run(mark, self._fallback.mark_poller, fingerprint)
+
+    def is_poller(self, fingerprint: str) -> bool:
+        if self._fallback.is_poller(fingerprint):
+            return True
+        check = getattr(self._primary, "is_poller", None)
+        if not callable(check):
+            return False
+        return bool(self._outage.run(check, self._fallback.is_poller, fingerprint))
+
     def add_incident(self, incident: Incident) -> None:
         try:
             self._outage.run(self._primary.add_incident, self._fallback.add_incident, incident)
@@ -1121,6 +1168,8 @@ class DegradingStore:
         self.swap_ledger = records.swap_ledger
         self.add_incident = records.add_incident
         self.incidents = records.incidents
+        self.mark_poller = records.mark_poller
+        self.is_poller = records.is_poller
 
     @property
     def policy(self) -> str:

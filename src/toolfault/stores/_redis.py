@@ -422,6 +422,13 @@ class RedisStore:
         self._add_incident(keys=[self.key(incident.task, "incidents")],
                            args=[data, self.ttl_ms])
 
+    def mark_poller(self, fingerprint: str) -> None:
+        # Not a task's key: a poller is learned for every conversation of the fleet.
+        self.client.set(f"{self.prefix}:poller:{fingerprint}", 1, px=self.ttl_ms)
+
+    def is_poller(self, fingerprint: str) -> bool:
+        return bool(self.client.exists(f"{self.prefix}:poller:{fingerprint}"))
+
     def incidents(self, task: str) -> list[Incident]:
         values = self.client.lrange(self.key(task, "incidents"), 0, -1)
         return [Incident.from_dict(json.loads(_text(v))) for v in values]

@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS incidents (
     task TEXT NOT NULL, data TEXT NOT NULL, updated REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS incidents_by_task ON incidents (task, seq);
+CREATE TABLE IF NOT EXISTS pollers (
+    fingerprint TEXT PRIMARY KEY, updated REAL NOT NULL
+) WITHOUT ROWID;
 """
 
 # Ledger entries are found by idempotency key through an index (the column is added to
@@ -85,6 +88,7 @@ _PRUNE = (
     "DELETE FROM spend WHERE updated < :cutoff",
     "DELETE FROM ledger WHERE updated < :cutoff",
     "DELETE FROM incidents WHERE updated < :cutoff",
+    "DELETE FROM pollers WHERE updated < :cutoff",
 )
 
 # An idempotency key: claimed when free, expired, or held by the same (named) holder.
@@ -524,6 +528,16 @@ class SQLiteStore:
         with self._write() as db:
             db.execute("INSERT INTO incidents (task, data, updated) VALUES (:task, :data, :now)",
                        {"task": incident.task, "data": data, "now": time.time()})
+
+    def mark_poller(self, fingerprint: str) -> None:
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO pollers (fingerprint, updated) "
+                       "VALUES (:fp, :now)", {"fp": fingerprint, "now": time.time()})
+
+    def is_poller(self, fingerprint: str) -> bool:
+        row = self._connect().execute("SELECT 1 FROM pollers WHERE fingerprint = :fp",
+                                      {"fp": fingerprint}).fetchone()
+        return row is not None
 
     def incidents(self, task: str) -> list[Incident]:
         rows = self._connect().execute(
