@@ -250,7 +250,8 @@ class Ladder:
                 state.tool_failures.pop(call.name, None)
         if limits.success_lifts_blocks and state.failed:
             self._lift_after_success(state, call.name)
-        if spec.side_effect:
+        times = limits.no_progress_repeats
+        if spec.side_effect or times is None:
             return Repeat.NEW
         fingerprint = call.fp or (call.fingerprint() if call.fingerprint is not None else "")
         if not fingerprint:
@@ -271,8 +272,7 @@ class Ladder:
         if not same:
             self._learn_poller(fingerprint)
             return Repeat.NEW
-        times = limits.no_progress_repeats
-        if times is None or repeats < times or spec.name in limits.progress_exempt \
+        if repeats < times or spec.name in limits.progress_exempt \
                 or self._is_poller(fingerprint):
             return Repeat.SAME
         return Repeat.NO_PROGRESS

@@ -154,7 +154,7 @@ def test_sigkilled_worker_leaves_an_in_flight_ledger_entry(redis_url: str, prefi
 def test_outage_fails_open(redis_server: RedisServer) -> None:
     """With state_failure="open" a dead Redis degrades to local counting and reports it."""
     guard = Guard(store=RedisStore(redis_server.url, socket_timeout=0.2), task_id="t1",
-                  state_failure="open", limits=Limits(no_progress_cycle=None))
+                  state_failure="open", limits=Limits(no_progress_repeats=None))
 
     @guard.tool
     def lookup(city: str) -> str:
@@ -274,7 +274,7 @@ def test_admit_is_one_round_trip(redis_url: str, prefix: str) -> None:
 def test_a_guarded_success_is_one_round_trip(redis_url: str, prefix: str) -> None:
     """A successful guarded call costs one Redis command: its settle rides on the next one."""
     guard = Guard(store=RedisStore(redis_url, prefix=prefix, settle_delay=5.0), task_id="t1",
-                  limits=Limits(no_progress_cycle=None))  # oslo twice: not a no-progress test
+                  limits=Limits(no_progress_repeats=None))  # oslo twice: not a no-progress test
 
     @guard.tool(cost=0.01)
     def lookup(city: str) -> str:

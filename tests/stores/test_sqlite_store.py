@@ -154,7 +154,7 @@ def test_closed_store_degrades_the_guard(tmp_path: Path) -> None:
     """A store that fails (here: closed underneath) degrades the guard instead of raising."""
     store = SQLiteStore(tmp_path / "state.db")
     guard = Guard(store=store, task_id="t1", state_failure="open",
-                  limits=Limits(no_progress_cycle=None))  # the same lookup twice on purpose
+                  limits=Limits(no_progress_repeats=None))  # the same lookup twice on purpose
 
     @guard.tool
     def lookup(city: str) -> str:
@@ -180,7 +180,7 @@ def test_bad_synchronous_is_refused(tmp_path: Path) -> None:
 def test_a_deleted_state_file_degrades_instead_of_splitting_state(tmp_path: Path) -> None:
     """Removing the SQLite file under a running guard is noticed: the guard degrades, loudly."""
     path = tmp_path / "state.db"
-    guard = Guard(store=SQLiteStore(path), task_id="t", limits=Limits(no_progress_cycle=None))
+    guard = Guard(store=SQLiteStore(path), task_id="t", limits=Limits(no_progress_repeats=None))
     guard.tool(name="ping")(lambda: "pong")
     assert guard.call("ping", {}).ok
     for suffix in ("", "-wal", "-shm"):
@@ -318,7 +318,7 @@ def test_a_degradation_is_reported_in_the_shared_store(tmp_path: Path) -> None:
     file on recovery, where every worker and operator sees it."""
     db = tmp_path / "state.db"
     guard = Guard(store=SQLiteStore(db, busy_timeout=0.2), task_id="t1",
-                  limits=Limits(no_progress_cycle=None))
+                  limits=Limits(no_progress_repeats=None))
     guard._store._retry_after = 0.0
     guard.tool(name="ping")(lambda: "pong")
     assert guard.call("ping", {}).ok
