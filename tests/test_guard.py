@@ -85,8 +85,8 @@ def test_design_example_message_is_exact() -> None:
 def test_terminal_message_after_cap_and_tool_not_called_again() -> None:
     """At the cap the model gets the terminal text; further identical calls never reach the tool."""
     guard, calls = make_guard()
-    results = [guard.call("search_flights", BAD) for _ in range(5)]
-    assert [r.terminal for r in results] == [False, False, True, True, True]
+    results = [guard.call("search_flights", BAD) for _ in range(6)]
+    assert [r.terminal for r in results] == [False, False, True, True, True, True]
     assert calls["search_flights"] == 3
     assert results[2].text == (
         "search_flights failed 3 times with identical arguments (code: invalid_argument).\n"
@@ -96,14 +96,15 @@ def test_terminal_message_after_cap_and_tool_not_called_again() -> None:
         "failure to the user."
     )
     assert results[3].blocked and not results[2].blocked
-    assert results[3].halt and results[4].halt and not results[2].halt
-    assert results[3].code == "halted" and results[4].code == "halted"
+    assert results[3].text == results[2].text and not results[3].halt  # the same words again
+    assert results[4].halt and results[5].halt and not results[2].halt
+    assert results[4].code == "halted" and results[5].code == "halted"
     assert [i.kind for i in guard.incidents] == [IncidentKind.RETRY_CAP, IncidentKind.HALT]
 
 
 def test_without_halting_the_block_repeats_the_terminal_message() -> None:
-    """halt_after_terminal=None: every further repeat is blocked with the terminal text."""
-    guard, calls = make_guard(limits=Limits(retry_limit=3, halt_after_terminal=None,
+    """halt_after_refusals=None: every further repeat is blocked with the terminal text."""
+    guard, calls = make_guard(limits=Limits(retry_limit=3, halt_after_refusals=None,
                                             backoff=FAST))
     results = [guard.call("search_flights", BAD) for _ in range(5)]
     assert calls["search_flights"] == 3

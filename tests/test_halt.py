@@ -1,4 +1,4 @@
-"""The ladder after the cap: a model that ignores the terminal message ends its turn.
+"""The ladder after the cap: blocks first, the halt only when the model keeps ignoring them.
 
 Every test drives the real guard with a repeating "model" (a loop) and counts what the model
 was told and how often the tool body ran.
@@ -64,19 +64,34 @@ def repeat(guard: Guard, n: int, name: str = "find_city",
     return told
 
 
-def test_a_repeating_model_gets_cap_plus_one_messages() -> None:
-    """Repeating one failing call: four-part, terminal, halt (3 messages, the body ran twice)."""
+def test_a_repeating_model_is_blocked_then_halted() -> None:
+    """Repeating one failing call: four-part, terminal, the same terminal text again (not
+    run), then the halt at the second refusal (cap + 2 calls; the body ran twice)."""
     guard, ran = make()
     told = repeat(guard, 50)
-    assert [r.code for r in told] == ["not_found", "not_found", "halted"]
-    assert [r.terminal for r in told] == [False, True, True]
-    assert told[-1].halt and told[-1].blocked and not told[1].halt
+    assert [r.code for r in told] == ["not_found", "not_found", "not_found", "halted"]
+    assert [r.terminal for r in told] == [False, True, True, True]
+    assert told[2].blocked and not told[2].halt and told[2].text == told[1].text
+    assert told[-1].halt and told[-1].blocked
     assert ran["find_city"] == 2
     assert told[-1].data["halt"] is True and told[-1].data["code"] == "halted"
     assert told[-1].text.splitlines()[-1] == (
         "Next action: stop calling tools and report to the user what was done and what failed.")
     assert "so this turn is over" in told[-1].text
     assert [i.kind for i in guard.incidents] == [IncidentKind.RETRY_CAP, IncidentKind.HALT]
+
+
+def test_a_meaningful_change_after_a_block_is_let_through() -> None:
+    """After the terminal message and one ignored block, a changed call runs: the behaviour
+    the terminal message asks for is never refused before the halt."""
+    guard, ran = make()
+    told = repeat(guard, 3)
+    assert [r.code for r in told] == ["not_found", "not_found", "not_found"]
+    assert told[2].blocked and not told[2].halt
+    changed = guard.call("find_city", {"name": "Atlantic City"})
+    assert changed.code == "not_found" and not changed.blocked and not changed.halt
+    assert ran["find_city"] == 3
+    assert guard.call("weather", {"city": "Oslo"}).ok
 
 
 def test_a_halted_turn_refuses_every_tool_until_new_turn() -> None:
@@ -91,41 +106,83 @@ def test_a_halted_turn_refuses_every_tool_until_new_turn() -> None:
     assert guard.call("weather", {"city": "Oslo"}).ok and ran["weather"] == 1
 
 
-def test_halt_after_terminal_sets_the_rung() -> None:
-    """halt_after_terminal=2 allows one blocked repeat with the terminal text before the halt."""
-    guard, ran = make(Limits(backoff=FAST, halt_after_terminal=2))
+def test_halt_after_refusals_sets_the_rung() -> None:
+    """halt_after_refusals=3 allows two blocked repeats with the terminal text before the halt."""
+    guard, ran = make(Limits(backoff=FAST, halt_after_refusals=3))
     told = repeat(guard, 50)
-    assert [r.code for r in told] == ["not_found", "not_found", "not_found", "halted"]
-    assert told[2].blocked and told[2].terminal and not told[2].halt
+    assert [r.code for r in told] == ["not_found"] * 4 + ["halted"]
+    assert all(r.blocked and r.terminal and not r.halt for r in told[2:4])
     assert ran["find_city"] == 2
 
 
+def test_refusals_count_across_calls_in_the_turn() -> None:
+    """Two different blocked calls ignored once each halt the turn (the model keeps ignoring
+    what it was told, whichever call it repeats)."""
+    guard, _ = make()
+    repeat(guard, 3, args={"name": "Atlantis"})
+    assert not any(r.halt for r in repeat(guard, 3, args={"name": "Lemuria"})[:2])
+    assert guard.call("find_city", {"name": "Lemuria"}).halt
+
+
+def test_the_deprecated_name_still_sets_the_rung() -> None:
+    """Limits(halt_after_terminal=N) is read as halt_after_refusals=N, with a warning."""
+    with pytest.warns(DeprecationWarning, match="halt_after_terminal"):
+        limits = Limits(halt_after_terminal=None)
+    assert limits.halt_after_refusals is None
+
+
 def test_never_halting_keeps_blocking() -> None:
-    """halt_after_terminal=None blocks every further repeat and never halts."""
-    guard, ran = make(Limits(backoff=FAST, halt_after_terminal=None))
+    """halt_after_refusals=None blocks every further repeat and never halts."""
+    guard, ran = make(Limits(backoff=FAST, halt_after_refusals=None))
     told = repeat(guard, 20)
     assert len(told) == 20 and not any(r.halt for r in told)
     assert all(r.blocked for r in told[2:]) and ran["find_city"] == 2
 
 
-def test_one_tool_failing_with_different_arguments_halts_at_five() -> None:
-    """The same tool failing with five different arguments in one turn halts the turn."""
+def test_one_tool_failing_five_times_in_a_row_is_blocked_for_the_turn() -> None:
+    """The same tool failing with five different arguments is blocked (the fifth call's answer
+    names it); other tools keep working; calling it again counts as a refusal."""
     guard, ran = make()
-    told = [guard.call("find_city", {"name": f"Atlantis {i}"}) for i in range(8)]
-    assert [r.halt for r in told] == [False] * 4 + [True] * 4
-    assert told[4].code == "halted" and not told[4].blocked
-    assert "find_city failed 5 times in this turn" in told[4].text
-    assert ran["find_city"] == 5  # the fifth ran (and failed); later calls did not
+    told = [guard.call("find_city", {"name": f"Atlantis {i}"}) for i in range(5)]
+    assert [r.code for r in told] == ["not_found"] * 4 + ["tool_blocked"]
+    assert told[4].blocked and told[4].terminal and not told[4].halt
+    assert "find_city failed 5 times in a row in this turn (last: not_found)" in told[4].text
+    assert "blocked for the rest of this turn" in told[4].text
+    assert ran["find_city"] == 5  # the fifth ran (and failed)
+    assert guard.call("weather", {"city": "Oslo"}).ok  # the other tools still work
+    again = guard.call("find_city", {"name": "Atlantis 9"})
+    assert again.code == "tool_blocked" and ran["find_city"] == 5
+    assert guard.call("find_city", {"name": "Atlantis 10"}).halt
+    assert IncidentKind.TOOL_BLOCKED in [i.kind for i in guard.incidents]
+
+
+def test_a_success_of_the_tool_resets_its_failures() -> None:
+    """Five items, each a bad call then the corrected one: nothing blocked (the count is of
+    failures in a row; a corrected mistake is not a strike)."""
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+
+    @guard.tool
+    def price(item: str, qty: int) -> str:
+        if qty < 1:
+            raise ToolError("invalid_argument", "qty must be at least 1", param="qty")
+        return f"{qty} x {item}"
+
+    told = []
+    for item in ["a", "b", "c", "d", "e", "f"]:
+        told += [guard.call("price", {"item": item, "qty": 0}),
+                 guard.call("price", {"item": item, "qty": 2})]
+    assert [r.ok for r in told] == [False, True] * 6
+    assert not any(r.halt or r.blocked for r in told)
 
 
 def test_per_tool_ceiling_is_configurable_and_can_be_off() -> None:
-    """max_tool_failures_per_turn=2 halts at the second failure; None never counts."""
+    """max_tool_failures_per_turn=2 blocks at the second failure; None never counts."""
     guard, _ = make(Limits(backoff=FAST, max_tool_failures_per_turn=2))
     assert guard.call("find_city", {"name": "a"}).code == "not_found"
-    assert guard.call("find_city", {"name": "b"}).halt
+    assert guard.call("find_city", {"name": "b"}).code == "tool_blocked"
     guard, ran = make(Limits(backoff=FAST, max_tool_failures_per_turn=None))
     told = [guard.call("find_city", {"name": f"x{i}"}) for i in range(12)]
-    assert not any(r.halt for r in told) and ran["find_city"] == 12
+    assert not any(r.halt or r.blocked for r in told) and ran["find_city"] == 12
 
 
 def test_failures_of_other_tools_do_not_count_toward_one_tools_ceiling() -> None:
@@ -138,7 +195,7 @@ def test_failures_of_other_tools_do_not_count_toward_one_tools_ceiling() -> None
 
 
 def test_the_halt_of_a_side_effect_keeps_its_effect_verdict() -> None:
-    """A halt on a failure whose effect is unknown still says the effect is unknown."""
+    """A tool blocked on a failure whose effect is unknown still says the effect is unknown."""
     guard = Guard(limits=Limits(backoff=FAST, max_tool_failures_per_turn=1),
                   scan_env_secrets=False)
 
@@ -147,7 +204,7 @@ def test_the_halt_of_a_side_effect_keeps_its_effect_verdict() -> None:
         raise TimeoutError("gateway timed out")
 
     result = guard.call("pay", {"amount": 5})
-    assert result.halt
+    assert result.code == "tool_blocked" and not result.halt
     assert "Effect: unknown." in result.text
     assert result.data["effect"] == "unknown"
 
@@ -155,7 +212,7 @@ def test_the_halt_of_a_side_effect_keeps_its_effect_verdict() -> None:
 def test_block_seconds_states_the_time_and_expires() -> None:
     """With block_seconds the terminal text states the window; after it the call runs again."""
     clock = Clock()
-    guard, ran = make(Limits(backoff=FAST, block_seconds=60, halt_after_terminal=None),
+    guard, ran = make(Limits(backoff=FAST, block_seconds=60, halt_after_refusals=None),
                       clock=clock)
     _, terminal = repeat(guard, 2)
     assert "Retrying the same call is not allowed for the next 60 seconds." in terminal.text
@@ -190,7 +247,7 @@ def test_block_seconds_also_lifts_a_halt() -> None:
 def test_a_success_of_another_tool_lifts_blocks_when_asked() -> None:
     """success_lifts_blocks: once another tool succeeds, the capped call may run again."""
     guard, ran = make(Limits(backoff=FAST, success_lifts_blocks=True,
-                             halt_after_terminal=None))
+                             halt_after_refusals=None))
     repeat(guard, 3)
     assert ran["find_city"] == 2
     assert guard.call("weather", {"city": "Oslo"}).ok
@@ -200,7 +257,7 @@ def test_a_success_of_another_tool_lifts_blocks_when_asked() -> None:
 
 def test_without_the_option_a_success_elsewhere_keeps_the_block() -> None:
     """By default a success of another tool does not lift a block."""
-    guard, ran = make(Limits(backoff=FAST, halt_after_terminal=None))
+    guard, ran = make(Limits(backoff=FAST, halt_after_refusals=None))
     repeat(guard, 3)
     assert guard.call("weather", {"city": "Oslo"}).ok
     assert guard.call("find_city", {"name": "Atlantis"}).blocked and ran["find_city"] == 2
@@ -223,6 +280,7 @@ def test_observe_mode_never_halts() -> None:
     guard, ran = make(mode="observe")
     told = [guard.call("find_city", {"name": "Atlantis"}) for _ in range(7)]
     assert not any(r.halt for r in told) and ran["find_city"] == 7
+    assert [bool(r.failure and r.failure.halt) for r in told] == [False] * 7
 
 
 def test_async_calls_halt_the_same_way() -> None:
@@ -230,10 +288,10 @@ def test_async_calls_halt_the_same_way() -> None:
     guard, ran = make()
 
     async def main() -> list[ToolResult]:
-        return [await guard.acall("find_city", {"name": "Atlantis"}) for _ in range(4)]
+        return [await guard.acall("find_city", {"name": "Atlantis"}) for _ in range(5)]
 
     told = asyncio.run(main())
-    assert [r.code for r in told] == ["not_found", "not_found", "halted", "halted"]
+    assert [r.code for r in told] == ["not_found", "not_found", "not_found", "halted", "halted"]
     assert ran["find_city"] == 2
 
 
@@ -276,7 +334,7 @@ def test_the_ladder_holds_with_durable_stores(store: Store) -> None:
     """SQLite and Redis stores give the same three messages and the same halt."""
     guard, ran = make(store=store)
     told = repeat(guard, 20)
-    assert [r.code for r in told] == ["not_found", "not_found", "halted"]
+    assert [r.code for r in told] == ["not_found", "not_found", "not_found", "halted"]
     assert ran["find_city"] == 2
     assert guard.call("weather", {"city": "Oslo"}).halt
     kinds = [i.kind for i in guard.incidents]
@@ -288,7 +346,7 @@ def test_the_ladder_holds_with_durable_stores(store: Store) -> None:
 def test_block_window_with_a_durable_store(store: Store) -> None:
     """An expired block is cleared in the durable store too, so the call runs again."""
     clock = Clock()
-    guard, ran = make(Limits(backoff=FAST, block_seconds=10, halt_after_terminal=None),
+    guard, ran = make(Limits(backoff=FAST, block_seconds=10, halt_after_refusals=None),
                       store=store, clock=clock)
     repeat(guard, 4)
     assert ran["find_city"] == 2
@@ -305,8 +363,8 @@ def test_a_success_elsewhere_does_not_lift_a_halt() -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    {"halt_after_terminal": 0}, {"max_tool_failures_per_turn": 0}, {"no_progress_cycle": 0},
-    {"halt_after_no_progress": -1}, {"block_seconds": 0}, {"block_seconds": -5.0},
+    {"halt_after_refusals": 0}, {"max_tool_failures_per_turn": 0}, {"no_progress_repeats": 1},
+    {"progress_exempt": "poll"}, {"block_seconds": 0}, {"block_seconds": -5.0},
 ])
 def test_limits_reject_rungs_that_cannot_work(bad: dict[str, Any]) -> None:
     """A ladder setting below its minimum is a configuration error, not a silent no-op."""
@@ -322,8 +380,32 @@ def test_progress_exempt_accepts_any_collection() -> None:
     assert limits.progress_exempt == frozenset({"poll"})
 
 
-def test_a_transient_tool_failing_every_attempt_halts_after_six_runs() -> None:
-    """Each failed attempt counts toward the tool's ceiling: 2 messages and 6 runs, not 9."""
+def test_a_transient_tool_counts_once_per_call_not_per_attempt() -> None:
+    """One call's retries inside the wrapper are one failure of the tool: a flaky tool with an
+    outage (3 attempts), 3 successes and a second outage is never blocked or halted."""
+    guard = Guard(limits=Limits(backoff=Backoff(attempts=3, initial=0, jitter=0)),
+                  scan_env_secrets=False, sleep=lambda _: None)
+    runs = {"n": 0}
+    down = {"now": True}
+
+    @guard.tool
+    def fetch(url: str) -> str:
+        runs["n"] += 1
+        if down["now"]:
+            raise ConnectionError("connection reset by peer")
+        return f"page {url}"
+
+    first = guard.call("fetch", {"url": "https://example.com/1"})
+    assert first.code == "unavailable" and runs["n"] == 3
+    down["now"] = False
+    assert all(guard.call("fetch", {"url": f"https://example.com/{i}"}).ok for i in range(3))
+    down["now"] = True
+    second = guard.call("fetch", {"url": "https://example.com/9"})
+    assert second.code == "unavailable" and not second.halt and not second.blocked
+
+
+def test_a_transient_tool_failing_every_attempt_is_capped_then_halted() -> None:
+    """The identical transient failure: capped at 3 calls (9 runs), then blocked, then halt."""
     guard = Guard(limits=Limits(backoff=Backoff(attempts=3, initial=0, jitter=0)),
                   scan_env_secrets=False, sleep=lambda _: None)
     runs = {"n": 0}
@@ -334,6 +416,6 @@ def test_a_transient_tool_failing_every_attempt_halts_after_six_runs() -> None:
         raise ConnectionError("connection reset by peer")
 
     told = repeat(guard, 20, "fetch", {"url": "https://example.com"})
-    assert [r.code for r in told] == ["unavailable", "halted"]
-    assert runs["n"] == 6
-    assert "fetch failed 6 times in this turn (last: unavailable)" in told[-1].text
+    assert [r.code for r in told] == ["unavailable"] * 4 + ["halted"]
+    assert told[2].terminal and told[3].blocked
+    assert runs["n"] == 9

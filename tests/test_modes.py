@@ -82,7 +82,8 @@ def test_enforce_blocks_and_retries() -> None:
     results = [guard.call("search", {"max_price": -1}) for _ in range(4)]
     assert [r.terminal for r in results] == [False, True, True, True]
     assert ran["search"] == 2
-    assert results[2].halt and results[3].halt  # the refused repeat ended the turn
+    assert results[2].blocked and not results[2].halt  # refused once: blocked
+    assert results[3].halt  # refused again: the turn ends
     guard.new_turn()
     assert guard.call("flaky", {"x": 1}).ok
 

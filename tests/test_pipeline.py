@@ -77,11 +77,12 @@ SCRIPT: list[list[tuple[str, Any]]] = [
      ("search", BAD), ("search", BAD)],
     [("flaky", {"q": "x"}), ("status", {"job": "7"}), ("book", {"seat": "12A"}),
      ("serach", {"origin": "SFO"}), ("search", "{not json")],
-    [("search", BAD), ("search", BAD), ("search", BAD), ("status", {"job": "8"})],
+    [("search", BAD), ("search", BAD), ("search", BAD), ("search", BAD),
+     ("status", {"job": "8"})],
 ]
 CODES = [None, "invalid_argument", "invalid_argument", "invalid_argument",
          None, "not_found", "already_applied", "unknown_tool", "invalid_json",
-         "invalid_argument", "invalid_argument", "halted", "halted"]
+         "invalid_argument", "invalid_argument", "invalid_argument", "halted", "halted"]
 
 
 def outline(result: Any) -> tuple[Any, ...]:
@@ -115,7 +116,7 @@ def test_call_and_acall_answer_every_decision_identically() -> None:
     assert [row[2] for row in sync] == CODES
     assert sync[3][4] is True  # the second identical failure is terminal (retry_limit=2)
     assert sync[6][3] is Outcome.APPLIED
-    assert sync[11][4] is True and "halted" in sync[12][6]
+    assert sync[11][4] is True and "halted" in sync[13][6]  # blocked once, then the halt
 
 
 def test_retries_stop_at_the_backoffs_attempts() -> None:

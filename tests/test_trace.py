@@ -94,16 +94,16 @@ def test_jsonl_trace_is_redacted_and_has_incidents(tmp_path: Path) -> None:
     """The JSONL trace has a line per call and per incident, with secrets removed."""
     path = tmp_path / "run.jsonl"
     guard = _guard(trace=path, secrets=["tok_live_123456"])
-    for _ in range(3):
+    for _ in range(4):
         guard.call("charge", {"card": "tok_live_123456", "amount": 0})
     guard.close()
     text = path.read_text()
     assert "tok_live_123456" not in text
     records = [json.loads(line) for line in text.splitlines()]
     kinds = [r["type"] for r in records]
-    assert kinds.count("call") == 3
+    assert kinds.count("call") == 4
     incidents = [r["kind"] for r in records if r["type"] == "incident"]
-    assert incidents == ["retry_cap", "halt"]  # the third identical call ends the turn
+    assert incidents == ["retry_cap", "halt"]  # blocked once, the second refusal ends the turn
     call = records[0]
     assert call["args"] == {"card": "[REDACTED]", "amount": 0}
     for key in ("tool", "fingerprint", "code", "outcome", "terminal", "blocked", "attempts",

@@ -17,8 +17,8 @@ from toolfault.bench import metrics_from_trace, read_trace
 def _write_trace(path: Path) -> None:
     """Two tasks: a capped bad-input loop then a fix, and a timeout whose effect landed."""
     bookings: list[str] = []
-    # halt_after_terminal=None: the loop task keeps going after its block, to show the fix.
-    guard = Guard(limits=Limits(max_calls_per_turn=50, halt_after_terminal=None), trace=path,
+    # halt_after_refusals=None: the loop task keeps going after its block, to show the fix.
+    guard = Guard(limits=Limits(max_calls_per_turn=50, halt_after_refusals=None), trace=path,
                   scan_env_secrets=False, sleep=lambda seconds: None)
 
     @guard.tool

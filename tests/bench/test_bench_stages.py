@@ -13,7 +13,7 @@ from toolfault.bench._metrics import metrics_from_trace, read_trace
 
 def _run(mode: Any, path: Path) -> None:
     guard = Guard(mode=mode, trace=path, limits=Limits(retry_limit=2, max_calls_per_turn=5,
-                                                       halt_after_terminal=None),
+                                                       halt_after_refusals=None),
                   scan_env_secrets=False)
 
     @guard.tool

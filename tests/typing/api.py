@@ -26,10 +26,9 @@ plain: list[dict[str, Any]] = search_flights("SFO", "JFK", 10)
 result: ToolResult = guard.call("search_flights", {"origin": "SFO"})
 flags: tuple[bool, bool, bool] = (result.ok, result.is_error, result.terminal)
 halted: bool = result.halt
-ladder = Limits(halt_after_terminal=1, max_tool_failures_per_turn=5, no_progress_cycle=3,
-                halt_after_no_progress=1, no_progress_repeats=2,
-                progress_exempt=frozenset({"job_status"}), block_seconds=60.0,
-                success_lifts_blocks=True)
+ladder = Limits(halt_after_refusals=2, max_tool_failures_per_turn=5, no_progress_repeats=5,
+                progress_exempt=frozenset({"job_status"}), volatile_fields=frozenset({"ts"}),
+                block_seconds=60.0, success_lifts_blocks=True)
 code: str | None = result.code
 outcome: Outcome = result.outcome
 text: str = result.text
