@@ -146,15 +146,14 @@ def test_a_batch_gets_the_decisions_of_the_same_calls_in_sequence() -> None:
 
 
 def test_a_batchs_outcomes_are_recorded_in_the_models_order() -> None:
-    """[lookup(bad), lookup(good)] six times: in the model's order every failure is followed
-    by a success of the tool, so the tool is never blocked, though each success finishes
-    first (recorded as they finished, the sixth failure would block the tool)."""
+    """[bad1..bad4, good, bad5] in one batch: in the model's order the success resets the
+    tool's failures in a row, so bad5 is an ordinary failure; the success finishes first,
+    and recorded as they finished, bad5 would be the fifth failure in a row (tool_blocked)."""
     guard, finished = make_batch_guard()
-
-    async def main() -> list[list[str | None]]:
-        return [[r.code for r in await guard.arun_tool_calls(
-            [("lookup", {"code": f"bad{i}"}), ("lookup", {"code": f"good{i}"})])]
-            for i in range(6)]
-
-    assert asyncio.run(main()) == [["not_found", None]] * 6
-    assert finished[:2] == ["S", "F"]  # the bodies did finish out of order
+    batch = [("lookup", {"code": f"bad{i}"}) for i in range(1, 5)]
+    batch += [("lookup", {"code": "good"}), ("lookup", {"code": "bad5"})]
+    codes = [r.code for r in asyncio.run(guard.arun_tool_calls(batch))]
+    assert codes == ["not_found"] * 4 + [None, "not_found"]
+    assert finished[0] == "S"  # the bodies did finish out of order
+    in_sequence, _ = make_batch_guard()
+    assert [r.code for r in in_sequence.run_tool_calls(batch)] == codes
