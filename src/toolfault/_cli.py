@@ -1,4 +1,4 @@
-"""``toolfault docs | lint | bench | report | demo``: the command line.
+"""``toolfault docs | lint | bench | report | calibrate | demo``: the command line.
 
 Each verb lives in its own module; this one only parses arguments, so ``toolfault --help``
 stays fast and a missing optional extra only breaks the verb that needs it.  Bad input is
@@ -132,6 +132,20 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--report", metavar="HTML", help="also write a self-contained HTML page")
     report.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
+    calibrate = sub.add_parser(
+        "calibrate", help="replay a trace through the ladder's current and candidate Limits",
+        description="Replay a JSONL trace (Guard(trace=...)) through the current and a "
+        "candidate Limits: which calls each would block or halt, which of those look like "
+        "polls, re-reads or recovered mistakes, and the least strict thresholds that refuse "
+        "none of them. Settings are Limits field names: --set no_progress_repeats=8.")
+    calibrate.add_argument("trace", help="JSONL trace written by Guard(trace=...)")
+    calibrate.add_argument("--current", action="append", default=[], metavar="NAME=VALUE",
+                           help="the Limits you run today (default: the defaults)")
+    calibrate.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                           dest="candidate", help="a candidate setting (repeatable)")
+    calibrate.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    calibrate.add_argument("--plain", action="store_true", help="no colours")
+
     demo = sub.add_parser("demo", help="show what a model sees with and without toolfault")
     demo.add_argument("--plain", action="store_true", help="no colours or panels")
     return parser
@@ -201,6 +215,14 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from toolfault.bench import bench_command
 
         return int(bench_command(args))
+    if args.command == "calibrate":
+        if problem := input_problem(args.trace, "JSONL trace"):
+            error("calibrate", problem)
+            return 2
+        from toolfault._calibrate import calibrate_command
+
+        return calibrate_command(args.trace, args.current, args.candidate,
+                                 as_json=args.json, plain=args.plain)
     if args.command == "report":
         problem = input_problem(args.trace, "JSONL trace")
         if problem is None and args.report is not None:

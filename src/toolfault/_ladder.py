@@ -43,6 +43,8 @@ class Repeat(enum.Enum):
     """What a success is, compared with the identical call's earlier results in the turn."""
 
     NEW = "new"
+    #: A different result than the identical call's last one: the call is a poller.
+    CHANGED = "changed"
     #: The same result again: returned with :data:`REPEAT_NOTE`.
     SAME = "same"
     #: The same result ``no_progress_repeats`` times: ``no_progress``, the call is blocked.
@@ -173,6 +175,8 @@ class Ladder:
         call.args = args if args is not NOT_JSON else (
             call.args if isinstance(call.args, str) else repr(call.args))
         call.shadow.pop("json_reason", None)
+        if spec is not None and isinstance(call.args, dict):
+            g._pipeline.resolve_fp(call)  # the trace names the call the halt refused
         return self.halt(call, "")
 
     def lift_expired(self, key: CallKey) -> None:
@@ -271,11 +275,24 @@ class Ladder:
             repeats = seen.repeats
         if not same:
             self._learn_poller(fingerprint)
-            return Repeat.NEW
+            return Repeat.CHANGED
         if repeats < times or spec.name in limits.progress_exempt \
                 or self._is_poller(fingerprint):
             return Repeat.SAME
         return Repeat.NO_PROGRESS
+
+    def compared(self, call: _Call, text: str) -> Repeat:
+        """How a result compares with the identical call's last one, counting nothing: for
+        the trace of a call enforce would have refused (observe mode ran it anyway)."""
+        g = self._g
+        if call.spec is None or call.spec.side_effect or not call.fp:
+            return Repeat.NEW
+        with g._progress.lock:
+            state = g._progress.get(g.task_id, g._turn)
+            seen = state.seen(call.fp) if state is not None else None
+            if seen is None:
+                return Repeat.NEW
+            return Repeat.SAME if self._same(seen, text) else Repeat.CHANGED
 
     def _same(self, seen: Seen, text: str) -> bool:
         """Whether ``text`` says what the last result said (volatile fields aside)."""

@@ -466,8 +466,14 @@ class Pipeline:
                                  told_effect=Outcome.APPLIED, confirmed_by="return",
                                  attempts=call.attempts, told_text=_told(text))
             g._effects.put_ledger(call.entry)
-        if not call.refused:  # no progress, blocks lifted by a success: see note_success
+        if call.refused:  # observe ran what enforce would not: compared, counted nowhere
+            repeat = g._ladder.compared(call, text)
+            if repeat is not Repeat.NEW:
+                call.shadow["result"] = "changed" if repeat is Repeat.CHANGED else "same"
+        else:  # no progress, blocks lifted by a success: see note_success
             repeat = g._ladder.note_success(call, text)
+            if repeat is not Repeat.NEW:  # for the trace: what ``toolfault calibrate`` replays
+                call.shadow["result"] = "changed" if repeat is Repeat.CHANGED else "same"
             if repeat is Repeat.NO_PROGRESS:
                 refused = g._ladder.no_progress(call, text, data)
                 if g.mode == "enforce":
