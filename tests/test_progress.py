@@ -121,23 +121,22 @@ def test_pollers_are_learned_across_the_fleet_through_the_store(tmp_path: Any) -
     from toolfault.stores import SQLiteStore
 
     path = tmp_path / "state.db"
-    first = Guard(store=SQLiteStore(path), task_id="c1", scan_env_secrets=False)
-    second = Guard(store=SQLiteStore(path), task_id="c2", scan_env_secrets=False)
-    answers = {"c1": iter(["a", "b"]), "c2": iter(["same"] * 9)}
-    for guard in (first, second):
-        @guard.tool
-        def feed(topic: str, _task: str = guard.task_id) -> str:
-            return next(answers[_task])
 
+    def worker(task: str, answers: list[str]) -> Guard:
+        guard = Guard(store=SQLiteStore(path), task_id=task, scan_env_secrets=False)
+        replies = iter(answers)
+
+        @guard.tool(name="feed")
+        def feed(topic: str) -> str:
+            return next(replies)
+
+        return guard
+
+    first = worker("c1", ["a", "b"])
+    second = worker("c2", ["same"] * 9)
+    third = worker("c3", ["x"] * 9)
     assert first.call("feed", {"topic": "news"}).ok and first.call("feed", {"topic": "news"}).ok
     assert all(second.call("feed", {"topic": "news"}).ok for _ in range(7))
-    third = Guard(store=SQLiteStore(path), task_id="c3", scan_env_secrets=False)
-    unrelated = iter(["x"] * 9)
-
-    @third.tool
-    def feed(topic: str) -> str:  # type: ignore[no-redef]
-        return next(unrelated)
-
     assert codes([third.call("feed", {"topic": "sport"}) for _ in range(5)])[-1] == "no_progress"
     for guard in (first, second, third):
         guard.close()
