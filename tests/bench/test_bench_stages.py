@@ -39,8 +39,9 @@ def test_report_shows_what_each_stage_changed(tmp_path: Path, capsys: Any) -> No
     shape = summary.policies["toolfault (shape)"]
     enforce = summary.policies["toolfault"]
     assert observe.would_shape == 5 and observe.would_reject == 1
-    assert observe.would_cap == 3 and observe.would_block == 2
-    assert shape.would_shape == 0 and shape.would_block == 2 and shape.would_cap == 3
+    # Observe predicts enforce exactly: one cap hit, then two blocked repeats.
+    assert observe.would_cap == 1 and observe.would_block == 2
+    assert shape.would_shape == 0 and shape.would_block == 2 and shape.would_cap == 1
     assert enforce.would_cap == 0 and enforce.cap_hits == 1 and enforce.blocked == 2
     assert enforce.budget_hits == 1 and observe.would_exceed_budget == 1
     assert main(["report", str(trace)]) == 0
@@ -48,4 +49,4 @@ def test_report_shows_what_each_stage_changed(tmp_path: Path, capsys: Any) -> No
     assert "rollout stages" in out and "toolfault (observe)" in out
     assert main(["report", str(trace), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["policies"]["toolfault (observe)"]["would_cap"] == 3
+    assert payload["policies"]["toolfault (observe)"]["would_cap"] == 1
