@@ -458,3 +458,14 @@ def test_swap_ledger_races_have_one_winner(make_store: Callable[[], Store]) -> N
     for t in threads:
         t.join()
     assert sorted(wins) == [False] * 5 + [True]
+
+
+def test_pollers_are_remembered_for_every_task(store: Store) -> None:
+    """A fingerprint marked as a poller is one for any task sharing the store (the fleet)."""
+    from toolfault.stores import Pollers
+
+    assert isinstance(store, Pollers)
+    assert not store.is_poller("fp-poll")
+    store.mark_poller("fp-poll")
+    store.mark_poller("fp-poll")  # idempotent
+    assert store.is_poller("fp-poll") and not store.is_poller("fp-other")
