@@ -319,3 +319,20 @@ def test_turn_state_stays_bounded(monkeypatch: Any) -> None:
     for i in range(30):
         guard.scoped(f"s{i}").call("get_user", {"user_id": "bad"})
     assert len(guard._progress._turns) <= 8
+
+
+def test_a_long_result_in_no_progress_leaves_the_message_whole() -> None:
+    """The result inside no_progress is outside the message's token budget: the four parts
+    stay whole however long the result is, and the result is shown (up to 2,000 characters)."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def read_page(url: str) -> str:
+        return "lorem ipsum " * 400
+
+    told = [guard.call("read_page", {"url": "https://example.com/a"}) for _ in range(5)]
+    text = told[-1].text
+    message, _, result = text.partition("\nResult (unchanged): ")
+    assert 'Rejected arguments: {"url": "https://example.com/a"}.' in message
+    assert "…" not in message and message.splitlines()[-1].startswith("Next action: use")
+    assert result.startswith("lorem ipsum lorem") and "(4800 characters in all)" in result

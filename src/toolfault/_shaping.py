@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
+#: What introduces the result a ``no_progress`` message still carries.
+RESULT_LINE = "\nResult (unchanged): "
 
 
 class _Echo(NamedTuple):
@@ -113,7 +115,7 @@ class Shaper:
         problem["terminal"] = True
         problem["result"] = result
         if self._g.mode != "observe":
-            text = f"{text}\nResult (unchanged): {result_text}"
+            text = f"{text}{RESULT_LINE}{result_text}"
         return self._error_result(call, failure, text, problem, terminal=True)
 
     def blocked_tool(self, call: _Call, failure: Failure) -> ToolResult:
@@ -280,7 +282,11 @@ class Shaper:
             data = {"detail": data}
         g = self._g
         if g._cut_to_budget and g.mode != "observe":  # observe passes raw text on
+            # The result a no_progress message carries is what the model asked for: it is
+            # shown whole, outside the message's budget.
+            text, shown, result = text.partition(RESULT_LINE)
             text, data = fit_to_budget(text, data, g.catalog.token_budget, g.count_tokens)
+            text += shown + result
         tool = redactor.secrets(result.tool)
         if text == result.text and tool == result.tool and data == result.data:
             return result
