@@ -419,3 +419,63 @@ def test_a_transient_tool_failing_every_attempt_is_capped_then_halted() -> None:
     assert [r.code for r in told] == ["unavailable"] * 4 + ["halted"]
     assert told[2].terminal and told[3].blocked
     assert runs["n"] == 9
+
+
+def test_an_identical_call_that_fails_differently_is_progress() -> None:
+    """run_tests, edit, run_tests...: the same call failing with other words (fewer failing
+    tests) is a changed observation, not a loop: its identical-failure count starts over."""
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+    failing = {"n": 3}
+
+    @guard.tool
+    def run_tests(path: str) -> str:
+        if failing["n"]:
+            raise ToolError("tool_error", f"{failing['n']} tests failed")
+        return "all passed"
+
+    told = []
+    for _ in range(4):
+        told.append(guard.call("run_tests", {"path": "tests"}))
+        failing["n"] = max(0, failing["n"] - 1)
+    assert [r.code for r in told] == ["tool_error"] * 3 + [None]
+    assert not any(r.terminal or r.blocked for r in told)
+
+
+def test_a_side_effect_success_lifts_the_blocks_of_other_calls() -> None:
+    """A call capped on identical failures may run again once a side effect changed the world
+    (the edit between two test runs that fail the same way)."""
+    guard, ran = make()
+    told = repeat(guard, 2)
+    assert told[-1].terminal and ran["find_city"] == 2
+
+    @guard.tool(side_effect=True)
+    def add_city(name: str) -> str:
+        return f"added {name}"
+
+    assert guard.call("add_city", {"name": "Atlantis"}).ok
+    again = guard.call("find_city", {"name": "Atlantis"})
+    assert ran["find_city"] == 3 and not again.blocked
+
+
+def test_parallel_calls_of_one_tool_are_not_blocked_by_the_order_they_finish() -> None:
+    """Six parallel calls of one tool, five bad and one slow good one in the middle: in the
+    model's order that is never five failures in a row, so nothing is blocked, whatever
+    finishes first (also without arun_tool_calls: a framework's own gather)."""
+    guard = Guard(limits=Limits(backoff=FAST), scan_env_secrets=False)
+
+    @guard.tool
+    async def quote_item(sku: str, quantity: int) -> str:
+        if quantity < 1:
+            raise ToolError("invalid_argument", "quantity must be at least 1",
+                            param="quantity")
+        await asyncio.sleep(0.05)
+        return f"{quantity} x {sku}"
+
+    batch = [("quote_item", {"sku": f"SKU-{i}", "quantity": 2 if i == 3 else 0})
+             for i in range(1, 7)]
+
+    async def main() -> list[ToolResult]:
+        return list(await asyncio.gather(*(guard.acall(n, a) for n, a in batch)))
+
+    codes = [r.code for r in asyncio.run(main())]
+    assert codes == ["invalid_argument"] * 2 + [None] + ["invalid_argument"] * 3

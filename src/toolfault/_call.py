@@ -99,6 +99,10 @@ class _Call:
     #: Enforce would have refused this call (observe and shape modes run it anyway): its
     #: outcome is counted nowhere, so the counts stay what enforce would have.
     refused: bool = False
+    #: The call's place among the calls of its turn admitted so far, and that turn's state
+    #: (see ``Ladder.started``); ``None`` once it has been recorded.
+    ticket: int | None = None
+    running_in: Any = None
     #: ``kwargs`` are the validated arguments already (see ``Pipeline.admit``).
     validated: bool = False
     #: ``args`` has its keys in sorted order (validated from JSON text by the tool's twin).

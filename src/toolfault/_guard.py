@@ -337,6 +337,8 @@ class Guard:
             return self._shaper.last_resort(name, args, call_id, exc)
         finally:
             request = call.request
+            if call.ticket is not None:
+                self._ladder.finished(call)
             try:
                 if request is not None and not call.held:  # settle, inline: the common case
                     call.request = None
@@ -440,6 +442,8 @@ class Guard:
 
     def _release(self, call: _Call) -> None:
         """Settle reservations and keys; a store error here must not become a raise."""
+        if call.ticket is not None:
+            self._ladder.finished(call)
         try:
             self._effects.release(call)
         except Exception:  # noqa: BLE001 - leases and key TTLs are the backstop

@@ -24,7 +24,7 @@ from toolfault._call import NOT_JSON, _Call
 from toolfault._classify import Failure, from_entry
 from toolfault._errors import Outcome
 from toolfault._message import format_seconds
-from toolfault._progress import Seen, TurnState
+from toolfault._progress import MAX_RESULTS, Seen, TurnState
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult
 from toolfault._sameness import MAX_COMPARED_CHARS, digest
@@ -202,7 +202,51 @@ class Ladder:
             state.results.pop(key.fingerprint, None)
         g._safe_store(g._store.clear_failures, key)
 
+    # -- calls in flight ---------------------------------------------------------------------
+    def started(self, call: _Call) -> None:
+        """Give an admitted call its place in the turn (frameworks start a message's parallel
+        calls in the model's order, but they finish in any order)."""
+        g = self._g
+        with g._progress.lock:
+            state = self._state()
+            call.ticket = state.tickets
+            state.tickets += 1
+            state.running.setdefault(call.name, {})[call.ticket] = None
+        call.running_in = state
+
+    def finished(self, call: _Call) -> None:
+        """The call is recorded (or ended without being recorded): out of the running set."""
+        state, ticket = call.running_in, call.ticket
+        if state is None or ticket is None:
+            return
+        call.ticket = None
+        with self._g._progress.lock:
+            running = state.running.get(call.name)
+            if running is not None:
+                running.pop(ticket, None)
+
+    def _earlier_running(self, state: TurnState, call: _Call) -> bool:
+        """Whether a call of the same tool admitted before this one is still running: its
+        outcome comes first in the model's order (call with the progress lock held)."""
+        ticket = call.ticket
+        running = state.running.get(call.name)
+        return ticket is not None and bool(running) and min(running) < ticket  # type: ignore[arg-type]
+
     # -- after the call ------------------------------------------------------------------------
+    def failure_changed(self, call: _Call, failure: Failure) -> bool:
+        """Whether the identical call failed differently last time (another code, or words
+        that differ beyond times and ids): an observation that changed is progress, not a
+        loop, so its identical-failure count starts over."""
+        g = self._g
+        said = digest(f"{failure.code}\n{failure.reason}", g.limits.volatile_fields)
+        with g._progress.lock:
+            errors = self._state().errors
+            before = errors.get(call.fp)
+            errors[call.fp] = said
+            if len(errors) > MAX_RESULTS:
+                del errors[next(iter(errors))]
+        return before is not None and before != said
+
     def note_failure(self, call: _Call, failure: Failure, *, terminal: bool
                      ) -> ToolResult | None:
         """Count a failure of the tool (one per call, its retries included); at the tool's
@@ -213,13 +257,17 @@ class Ladder:
             state = self._state()
             failures = state.tool_failures.get(call.name, 0) + 1
             state.tool_failures[call.name] = failures
+            # An earlier call of this tool still running may be a success that ends the
+            # failures in a row: the block waits for the next failure after it.
+            hold = self._earlier_running(state, call)
             if key is not None:
                 state.failed[key] = call.name
                 state.results.pop(key.fingerprint, None)
                 if terminal:
                     state.capped.setdefault(key, g._clock())
+        self.finished(call)
         ceiling = g.limits.max_tool_failures_per_turn
-        if ceiling is None or failures < ceiling or failure.code == "invalid_call":
+        if ceiling is None or failures < ceiling or failure.code == "invalid_call" or hold:
             return None
         why = f"{call.name} failed {failures} times in a row in this turn (last: {failure.code})"
         now = g._clock()
@@ -252,7 +300,10 @@ class Ladder:
             state = self._state()
             if state.tool_failures:
                 state.tool_failures.pop(call.name, None)
-        if limits.success_lifts_blocks and state.failed:
+        self.finished(call)
+        # A side effect changed the world: a call that failed before may succeed now (run the
+        # tests, edit, run them again), so the identical-failure blocks of other tools end.
+        if (limits.success_lifts_blocks or spec.side_effect) and state.failed:
             self._lift_after_success(state, call.name)
         times = limits.no_progress_repeats
         if spec.side_effect or times is None:

@@ -196,6 +196,7 @@ class Pipeline:
             self.resolve_fp(call)
             assert call.key is not None
             g._ladder.lift_expired(call.key)
+        g._ladder.started(call)
         request = g._budgets.request(spec, fp)
         try:
             adm = call.admission = g._store.admit(request)
@@ -499,6 +500,8 @@ class Pipeline:
         if count and spec is not None and not call.fp:
             self.resolve_fp(call)
         if count and call.key is not None:
+            if g._ladder.failure_changed(call, failure):
+                g._safe_store(g._store.clear_failures, call.key)
             try:
                 failures = g._store.record_failure(call.key, g._shaper.pack(call, failure),
                                                    limit)

@@ -49,6 +49,11 @@ class TurnState:
     results: OrderedDict[str, Seen] = field(default_factory=OrderedDict)
     capped: dict[CallKey, float] = field(default_factory=dict)
     failed: dict[CallKey, str] = field(default_factory=dict)
+    #: What each failing call (by fingerprint) last said, as a digest.
+    errors: dict[str, int] = field(default_factory=dict)
+    #: Calls admitted and not yet recorded, per tool, by ticket (their admission order).
+    running: dict[str, dict[int, None]] = field(default_factory=dict)
+    tickets: int = 0
 
     def reset(self) -> list[CallKey]:
         """Forget everything (a halt expired); returns the keys whose store counts to clear."""
@@ -57,6 +62,7 @@ class TurnState:
         self.tool_failures.clear()
         self.blocked_tools.clear()
         self.results.clear()
+        self.errors.clear()
         self.capped.clear()
         self.failed.clear()
         return keys

@@ -284,9 +284,9 @@ class Shaper:
         if g._cut_to_budget and g.mode != "observe":  # observe passes raw text on
             # The result a no_progress message carries is what the model asked for: it is
             # shown whole, outside the message's budget.
-            text, shown, result = text.partition(RESULT_LINE)
+            text, label, carried = text.partition(RESULT_LINE)
             text, data = fit_to_budget(text, data, g.catalog.token_budget, g.count_tokens)
-            text += shown + result
+            text += label + carried
         tool = redactor.secrets(result.tool)
         if text == result.text and tool == result.tool and data == result.data:
             return result
