@@ -114,13 +114,9 @@ def resend(rng: random.Random, world: OfficeWorld) -> Plan:
         Call("list_orders", {"filter": {"status": "open"}}, "list"),
     ]
     calls: list[Call] = []
-    for call in pick_calls(rng, pool, rng.randint(3, len(pool))):
+    for call in rng.sample(pool, rng.randint(3, len(pool))):
         calls += [call, call]
     return calls
-
-
-def pick_calls(rng: random.Random, calls: list[Call], k: int) -> list[Call]:
-    return rng.sample(calls, k)
 
 
 _GOOD_PATCHES: tuple[dict[str, Any], ...] = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,8 +195,8 @@ def office_tools(ref: WorldRef) -> list[ToolDef]:
             sku: the product's SKU.
             warehouses: warehouse codes to ask, such as ["SFO", "AMS"].
         """
-        world = _run(ref, "get_inventory")
-        return {"sku": sku, "stock": {w: 3 for w in warehouses}}
+        _run(ref, "get_inventory")
+        return {"sku": sku, "stock": dict.fromkeys(warehouses, 3)}
 
     def set_temperature(celsius: float, zone: str = "living") -> dict[str, Any]:
         """Set a zone's target temperature.
@@ -294,6 +294,6 @@ def tool_functions(ref: WorldRef) -> dict[str, Callable[..., Any]]:
     return {tool.name: tool.fn for tool in office_tools(ref)}
 
 
-def pick(rng: random.Random, items: Sequence[str], k: int) -> list[str]:
-    """``k`` distinct items in random order."""
-    return rng.sample(list(items), min(k, len(items)))
+def pick(rng: random.Random, items: Collection[str], k: int) -> list[str]:
+    """``k`` distinct items (of a list, or a dict's keys) in random order."""
+    return rng.sample(sorted(items), min(k, len(items)))

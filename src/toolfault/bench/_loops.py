@@ -27,7 +27,7 @@ from toolfault._guard import Guard
 from toolfault._limits import Limits
 from toolfault._result import ToolResult
 from toolfault._returned import default_error_result
-from toolfault.bench._loop_families import FAMILIES, LOOP_CAP, Call, Family, Plan, Script, Seen
+from toolfault.bench._loop_families import FAMILIES, Call, Family, Plan, Script, Seen
 from toolfault.bench._loop_world import WorldRef, office_tools, tool_functions
 
 #: Seeds per family and path in the default run.
@@ -129,7 +129,7 @@ class Run:
 
 def _judge(run: Run, bare: list[tuple[Call, Seen]], bare_state: Any, state: Any) -> None:
     """Set ``run.harm`` to the first way the guarded run differs from the bare one."""
-    for i, ((call, got), (bare_call, want)) in enumerate(zip(run.guarded, bare)):
+    for i, ((call, got), (bare_call, want)) in enumerate(zip(run.guarded, bare, strict=False)):
         if call != bare_call:
             run.harm = f"call {i + 1}: the model's calls diverged ({call.tool} vs " \
                        f"{bare_call.tool})"
@@ -481,4 +481,51 @@ def targets(result: LoopsResult) -> list[Target]:
     return out
 
 
-__all__ = ["CONVERSATIONS", "DEFAULT_SEEDS", "LOOP_CAP", "LoopsResult", "run_loops"]
+
+# -- the command ---------------------------------------------------------------------------------
+#: Seeds per family and path with ``--quick``.
+QUICK_SEEDS = 20
+
+
+def loops_command(args: Any) -> int:
+    """``toolfault bench --loops``: the table (or ``--json``), the page (``--report``);
+    exit status 1 when a target is missed."""
+    import sys
+
+    from rich.console import Console
+
+    from toolfault._cli import error
+
+    other = [flag for flag, on in (("--overhead", getattr(args, "overhead", False)),
+                                   ("--stores", getattr(args, "stores", False)),
+                                   ("--trace", getattr(args, "trace", None)),
+                                   ("--model-url", getattr(args, "model_url", None)))
+             if on]
+    if other:
+        error("bench", f"{other[0]} does not apply to --loops")
+        return 2
+    seeds = getattr(args, "episodes", None) or \
+        (QUICK_SEEDS if getattr(args, "quick", False) else DEFAULT_SEEDS)
+    seed = int(getattr(args, "seed", 7) or 0)
+    err = Console(stderr=True, highlight=False, emoji=False)
+    with err.status("loops") as status:
+        result = run_loops(seeds=int(seeds), seed=seed,
+                           progress=lambda name: status.update(f"loops · {name}"))
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        from toolfault.bench._loops_view import print_loops
+
+        print_loops(result)
+    report = getattr(args, "report", None)
+    if report:
+        from toolfault.bench._loops_view import render_page
+
+        try:
+            with open(report, "w", encoding="utf-8") as page:
+                page.write(render_page(result))
+        except OSError as exc:
+            error("bench", f"cannot write {report}: {exc.strerror or exc}")
+            return 2
+        err.print(f"wrote {report}", markup=False)
+    return 0 if result.ok else 1
