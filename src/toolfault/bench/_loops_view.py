@@ -34,7 +34,7 @@ def render(result: LoopsResult) -> Group:
     """The three tables: legitimate families, loop families, targets."""
     title = (f"toolfault bench --loops · seed {result.seed} · {result.seeds} seeds per family "
              f"and path")
-    legit = Table(title=Text(f"{title} — legitimate work"), box=box.SIMPLE_HEAVY,
+    legit = Table(title="legitimate work, replayed bare and guarded", box=box.SIMPLE_HEAVY,
                   title_style="bold", header_style="bold", pad_edge=False,
                   caption="harmed: a call refused, a call failed that succeeded unguarded, "
                           "or another final state", caption_style="dim")
@@ -64,7 +64,7 @@ def render(result: LoopsResult) -> Group:
         goals.add_row(Text(target.name), target.promised, target.measured,
                       Text("met", style="green") if target.met else
                       Text("MISSED", style="bold red"))
-    parts: list[Table | Text] = [legit]
+    parts: list[Table | Text] = [Text(title, style="bold"), legit]
     examples = [e for row in result.legit for e in row.examples[:1]]
     if examples:
         parts.append(Text("first harm per family:\n  " + "\n  ".join(
