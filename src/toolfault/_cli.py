@@ -118,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="run the per-call overhead micro-benchmarks instead")
     bench.add_argument("--stores", action="store_true",
                        help="measure guarded calls per second per store against a bare call")
+    bench.add_argument("--loops", action="store_true",
+                       help="run the loop-precision suite instead: legitimate runs harmed, "
+                       "calls until loops are blocked and halted (--episodes: seeds)")
     bench.add_argument("--redis-url", help="with --stores: also measure RedisStore at this URL")
     bench.add_argument("--quick", action="store_true", help="a tiny suite (for smoke tests)")
     bench.add_argument("--model-url", metavar="URL",

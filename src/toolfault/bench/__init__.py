@@ -7,7 +7,8 @@ computes the same metrics from any JSONL trace, including your own ``Guard(trace
 Modules: ``_tasks`` (worlds, tools, faults), ``_agents`` (simulated models), ``_model`` (the
 ``AgentModel`` protocol and an OpenAI-compatible client), ``_policies`` (toolfault and the
 baselines), ``_runner`` (episodes and the trace), ``_metrics`` (numbers from a trace),
-``_table`` / ``_html`` (the views), ``_overhead`` (per-call micro-benchmarks).
+``_table`` / ``_html`` (the views), ``_overhead`` (per-call micro-benchmarks),
+``_loops`` (the ladder's precision suite: ``_loop_world``, ``_loop_families``, ``_loops_view``).
 """
 
 from __future__ import annotations
@@ -184,6 +185,10 @@ def bench_command(args: argparse.Namespace) -> int:
         from toolfault.bench._overhead import overhead_command
 
         return overhead_command(as_json=bool(getattr(args, "json", False)))
+    if getattr(args, "loops", False):
+        from toolfault.bench._loops import loops_command
+
+        return loops_command(args)
     if getattr(args, "stores", False):
         return _stores_command(getattr(args, "redis_url", None),
                                as_json=bool(getattr(args, "json", False)))
