@@ -15,8 +15,6 @@ from toolfault.bench._loops import LoopsResult, run_conversations, run_loops
 
 #: Seeds per family and path here (the command runs 200).
 SEEDS = 12
-#: A test runner that raises when tests fail is blocked after edits (see the xfail reason).
-RAISING = "edit, then rerun (raising)"
 _LEGIT = [f for f in FAMILIES if f.kind == "legit"]
 _CASES = [(f.name, "sync") for f in _LEGIT] + [(f.name, "batch") for f in _LEGIT if f.batch]
 
@@ -27,19 +25,8 @@ def suite() -> LoopsResult:
     return run_loops(seeds=SEEDS, seed=11)
 
 
-def _xfail_raising(name: str) -> list[pytest.MarkDecorator]:
-    if name != RAISING:
-        return []
-    return [pytest.mark.xfail(strict=True, reason=(
-        "ladder: an identical call failing again with a different error after another "
-        "tool's success (run_tests fails, edit_file, run_tests fails on fewer tests) hits "
-        "the identical-failure cap: terminal at the 2nd run, the 3rd is blocked, the 4th "
-        "halts the turn"))]
-
-
 @pytest.mark.parametrize(("family", "path"), [
-    pytest.param(name, path, marks=_xfail_raising(name), id=f"{name}-{path}")
-    for name, path in _CASES])
+    pytest.param(name, path, id=f"{name}-{path}") for name, path in _CASES])
 def test_legitimate_family_is_never_harmed(suite: LoopsResult, family: str, path: str
                                             ) -> None:
     """No legitimate run of the family has a call refused or failed that succeeded bare,
@@ -53,7 +40,7 @@ def test_conversations_at_once_are_never_harmed() -> None:
     """Four conversations interleaved on one guard (``scoped`` each), one of them a loop:
     the legitimate ones are answered as their bare runs were, and each loop still halts
     within three calls of its block."""
-    families = [f for f in FAMILIES if f.name != RAISING]
+    families = list(FAMILIES)
     runs = [run for seed in range(SEEDS) for run in run_conversations(families, seed, None)]
     harmed = [f"{r.family.name}: {r.harm}" for r in runs if r.harm is not None]
     assert harmed == []
