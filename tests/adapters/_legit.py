@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import pytest
 from pydantic import Field
 
 from toolfault import Backoff, Guard, Limits, ToolError
@@ -28,6 +29,8 @@ REFUSALS = ("halted", "tool_blocked", "no_progress")
 #: Attempts (1-based, counted over every call) at which ``forecast``'s backend is down: two
 #: outages, each as long as the wrapper's retries (3 attempts), so the model sees each once.
 OUTAGES = frozenset({1, 2, 3, 8, 9, 10})
+#: World options for concurrent runs: the good calls finish after the failing ones beside them.
+SLOW: dict[str, float] = {"slow_weather": 0.05, "slow_quote": 0.05}
 #: Polls of a job after which it is done.
 POLLS_UNTIL_DONE = 5
 
@@ -35,7 +38,8 @@ POLLS_UNTIL_DONE = 5
 class World:
     """A guard with the default Limits and the tools every family uses."""
 
-    def __init__(self, limits: Limits | None = None, *, slow_weather: float = 0.0) -> None:
+    def __init__(self, limits: Limits | None = None, *, slow_weather: float = 0.0,
+                 slow_quote: float = 0.0) -> None:
         self.runs: Counter[str] = Counter()
         self.guard = guard = Guard(limits=limits or Limits(backoff=FAST_BACKOFF))
         polls: Counter[str] = Counter()
@@ -67,6 +71,8 @@ class World:
             self.runs["quote_item"] += 1
             if sku not in {f"SKU-{n}" for n in range(1, 10)}:
                 raise ToolError("not_found", f"there is no catalog item {sku}", param="sku")
+            if slow_quote:
+                time.sleep(slow_quote)  # a good quote finishes after the bad ones beside it
             return {"sku": sku, "quantity": quantity, "price": 10 * quantity}
 
         @guard.tool
@@ -305,10 +311,47 @@ WEATHER_AND_FAILURE = Family(
       ("find_city", {"name": "Atlantis"}, expect)] for expect in (ERR("not_found"), TERM, TERM)],
     {"get_weather": 3, "find_city": 2})
 
+BATCH_OF_SIX = Family(
+    "batch_of_six",  # six items quoted at once, five without a quantity; then the five fixed
+    [[("quote_item", {"sku": f"SKU-{n}", "quantity": 3 if n == 3 else 0},
+       OK('"price":30') if n == 3 else ERR("invalid_argument")) for n in range(1, 7)],
+     [("quote_item", {"sku": f"SKU-{n}", "quantity": 1}, OK('"price":10'))
+      for n in (1, 2, 4, 5, 6)]],
+    {"quote_item": 6})  # in the model's order: two failures, a success, three failures
+
+DUPLICATE_IN_ONE_TURN = Family(
+    "duplicate_in_one_turn",  # the same read twice in one assistant message, then on
+    [[("lookup_order", {"order_id": "A1"}, OK(SHIPPED)),
+      ("lookup_order", {"order_id": "A1"}, OK(SHIPPED))],
+     _one("track_parcel", {"order_id": "A1"}, OK("Oslo hub"))],
+    {"lookup_order": 2, "track_parcel": 1})
+
 #: The legitimate families (a)-(f) and the parallel ones; none may be refused.
 FAMILIES = [REREAD, POLL, FIX_EACH, FIX_EACH_TWICE, FLAKY, SETTERS, CHANGED_AFTER_TERMINAL,
-            PARALLEL, WEATHER_AND_FAILURE]
+            PARALLEL, WEATHER_AND_FAILURE, DUPLICATE_IN_ONE_TURN, BATCH_OF_SIX]
 FAMILY_IDS = [f.name for f in FAMILIES]
+
+# -- known failures (xfail, strict): what a fix must change -------------------------------
+#: Guard.arun_tool_calls (and the adapters' async twins built on it).
+EARLY_ANSWER_OUT_OF_ORDER = (
+    "core (_drivers.run_async): an answer decided before dispatch (invalid_argument from "
+    "validation) returns without waiting for its InOrder slot, so it is counted before the "
+    "slower success ahead of it in the model's order: quote_item [bad, bad, ok(slow), bad, "
+    "bad, bad] in one batch counts 5 failures in a row and the 6th call gets tool_blocked "
+    "(in sequence: invalid_argument); the next turn's five fixes are then refused")
+#: LangGraph ToolNode, the Agents SDK and concurrent MCP requests call the guard per call.
+COMPLETION_ORDER = (
+    "a framework's own parallel tool calls reach the guard one by one with no model-order "
+    "slot, so outcomes are recorded as they complete: quote_item [bad, bad, ok(slow), bad, "
+    "bad, bad] in one message counts 5 failures in a row, the 6th call gets tool_blocked "
+    "(in sequence: invalid_argument) and the next step's fixes are refused, then halted")
+
+
+def family_params(xfails: Mapping[str, str] | None = None) -> list[Any]:
+    """``FAMILIES`` as pytest params, those named in ``xfails`` marked strict xfail."""
+    marks = xfails or {}
+    return [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=True, reason=marks[
+        f.name])] if f.name in marks else []) for f in FAMILIES]
 
 #: The loop: a model that never stops repeating a failing call (enough steps to run on).
 LOOP_STEPS = 10

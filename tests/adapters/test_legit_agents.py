@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    FAMILIES,
-    FAMILY_IDS,
+    COMPLETION_ORDER,
     HALT_AT,
     LOOP,
+    SLOW,
     Family,
     Received,
     World,
     check,
     check_loop,
+    family_params,
 )
 
 agents = require("agents")
@@ -67,11 +68,11 @@ def _received(api: str, body: Any) -> list[tuple[str, Received]]:
 
 
 @MODELS
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", family_params({"batch_of_six": COMPLETION_ORDER}))
 async def test_legitimate_family_is_never_refused(
         api: str, family: Family, stub_server: Any, canned: SimpleNamespace) -> None:
     """Each family runs to the model's final output; every call gets what it should."""
-    world = World(slow_weather=0.02)
+    world = World(**SLOW)
     result = await _run(api, stub_server, canned, world, family.script())
     assert result.final_output == family.final
     assert stub_server.unexpected == []

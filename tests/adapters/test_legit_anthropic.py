@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    FAMILIES,
-    FAMILY_IDS,
+    EARLY_ANSWER_OUT_OF_ORDER,
     HALT_AT,
     LOOP,
+    SLOW,
     Family,
     Received,
     World,
     check,
     check_loop,
+    family_params,
 )
 
 from toolfault.adapters.anthropic import arun_tool_uses, run_tool_uses, tools
@@ -66,11 +67,14 @@ def _results(messages: list[Any]) -> list[dict[str, Any]]:
 
 
 @RUNS
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", family_params())
 async def test_legitimate_family_is_never_refused(
-        concurrent: bool, family: Family, stub_server: Any, canned: SimpleNamespace) -> None:
+        concurrent: bool, family: Family, stub_server: Any, canned: SimpleNamespace,
+        request: pytest.FixtureRequest) -> None:
     """Each family runs to the model's final answer; every tool_result is what it should be."""
-    world = World(slow_weather=0.02 if concurrent else 0.0)
+    if concurrent and family.name == "batch_of_six":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=EARLY_ANSWER_OUT_OF_ORDER))
+    world = World(**(SLOW if concurrent else {}))
     _, requests = await _loop(concurrent, stub_server, canned, world, family.script())
     assert requests == len(family.steps) + 1
     assert stub_server.unexpected == []

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import pytest
 from _legit import (
-    FAMILIES,
-    FAMILY_IDS,
+    EARLY_ANSWER_OUT_OF_ORDER,
     PARALLEL,
+    SLOW,
     WEATHER_AND_FAILURE,
     Family,
     Received,
     World,
     check,
+    family_params,
 )
 
 from toolfault import ToolResult
@@ -37,10 +38,10 @@ def _decisions(results: list[list[ToolResult]]) -> list[tuple[bool, str | None, 
     return [(r.ok, r.code, r.text, r.halt) for batch in results for r in batch]
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", family_params({"batch_of_six": EARLY_ANSWER_OUT_OF_ORDER}))
 async def test_a_batch_answers_as_the_same_calls_in_sequence(family: Family) -> None:
     """Every family, batch by batch: arun_tool_calls == run_tool_calls, and both as planned."""
-    in_sequence, at_once = World(), World(slow_weather=0.05)
+    in_sequence, at_once = World(), World(**SLOW)
     sequential = [in_sequence.guard.run_tool_calls(b) for b in _batches(family)]
     parallel = [await at_once.guard.arun_tool_calls(b) for b in _batches(family)]
     assert _decisions(parallel) == _decisions(sequential)
@@ -50,7 +51,7 @@ async def test_a_batch_answers_as_the_same_calls_in_sequence(family: Family) -> 
 
 async def test_weather_and_a_failing_call_three_turns_running() -> None:
     """The issue's case: [W, F] three times; W (slow, its body ran) is ok every time."""
-    world = World(slow_weather=0.05)
+    world = World(**SLOW)
     results = [await world.guard.arun_tool_calls(b) for b in _batches(WEATHER_AND_FAILURE)]
     weather = [batch[0] for batch in results]
     assert [(r.ok, r.code) for r in weather] == [(True, None)] * 3
@@ -62,6 +63,6 @@ async def test_weather_and_a_failing_call_three_turns_running() -> None:
 
 async def test_the_mixed_parallel_family_is_never_refused_at_once() -> None:
     """Reads, polls, setters and a fixed mistake, two per turn: nothing refused."""
-    world = World(slow_weather=0.02)
+    world = World(**SLOW)
     results = [await world.guard.arun_tool_calls(b) for b in _batches(PARALLEL)]
     check(PARALLEL, world, _answers(PARALLEL, results))

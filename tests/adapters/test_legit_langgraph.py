@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    FAMILIES,
-    FAMILY_IDS,
+    COMPLETION_ORDER,
     HALT_AT,
     LOOP,
+    SLOW,
     Family,
     Received,
     World,
     check,
     check_loop,
+    family_params,
 )
 
 require("langchain_core")
@@ -78,10 +79,10 @@ def _received(message: ToolMessage) -> Received:
 
 
 @RUNS
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", family_params({"batch_of_six": COMPLETION_ORDER}))
 async def test_legitimate_family_is_never_refused(concurrent: bool, family: Family) -> None:
     """Each family runs to the model's final answer; every ToolMessage is what it should be."""
-    world = World(slow_weather=0.02)
+    world = World(**SLOW)
     out = await _run(concurrent, world, family.script())
     final = out["messages"][-1]
     assert isinstance(final, AIMessage) and final.content == family.final
