@@ -115,14 +115,16 @@ class World:
 @dataclass(frozen=True, slots=True)
 class Expect:
     """What the model must receive for one call: ``ok`` (with ``text`` in it), ``error``
-    (``text`` is the code), ``terminal`` (the identical-call stop), or ``halted``."""
+    (``text`` is the code), ``terminal`` (the identical-call stop), or ``halted``; ``note``:
+    whether an ok result carries the repeat note (``None``: either)."""
 
     kind: str
     text: str = ""
+    note: bool | None = None
 
 
-def OK(text: str = "") -> Expect:  # noqa: N802 - reads as a verdict in the family tables
-    return Expect("ok", text)
+def OK(text: str = "", note: bool | None = None) -> Expect:  # noqa: N802 - a verdict
+    return Expect("ok", text, note)
 
 
 def ERR(code: str) -> Expect:  # noqa: N802
@@ -198,6 +200,8 @@ def check_one(family: str, call: Planned, received: Received) -> None:
     if kind == "ok":
         assert not failed and flag in (None, False), where
         assert call.expect.text in text, f"{where}; expected {call.expect.text!r} in it"
+        if call.expect.note is not None:
+            assert (NOTE in text) is call.expect.note, f"{where}; note expected: {call.expect.note}"
     elif kind == "error":
         assert flag in (None, True), where
         assert text.splitlines()[0] == f"{call.name} failed (code: {call.expect.text}).", \
@@ -222,17 +226,17 @@ SHIPPED = '"status":"shipped"'
 
 REREAD = Family(
     "reread",  # (a) the model forgot the result and asks again, then moves on
-    [_one("lookup_order", {"order_id": "A1"}, OK(SHIPPED)),
-     _one("lookup_order", {"order_id": "A1"}, OK(SHIPPED)),
+    [_one("lookup_order", {"order_id": "A1"}, OK(SHIPPED, note=False)),
+     _one("lookup_order", {"order_id": "A1"}, OK(SHIPPED, note=True)),
      _one("track_parcel", {"order_id": "A1"}, OK("Oslo hub")),
      _one("find_city", {"name": "Oslo"}, OK('"found":true'))],
     {"lookup_order": 2, "track_parcel": 1, "find_city": 1})
 
 POLL = Family(
     "poll",  # (b) a job polled until it is done; its elapsed time changes every poll
-    [_one("job_status", {"job_id": "J7"}, OK('"state":"running"'))
-     for _ in range(POLLS_UNTIL_DONE - 1)]
-    + [_one("job_status", {"job_id": "J7"}, OK('"state":"done"'))],
+    [_one("job_status", {"job_id": "J7"}, OK('"state":"running"', note=n > 0))
+     for n in range(POLLS_UNTIL_DONE - 1)]  # elapsed_ms ignored: the same result, noted
+    + [_one("job_status", {"job_id": "J7"}, OK('"state":"done"', note=False))],
     {"job_status": POLLS_UNTIL_DONE})
 
 
@@ -272,10 +276,10 @@ FLAKY = Family(
 
 SETTERS = Family(
     "setters",  # (e) idempotent setters, not declared side_effect, each sent twice
-    [_one("set_temperature", {"celsius": 21}, OK('"target_celsius":21')),
-     _one("set_temperature", {"celsius": 21}, OK('"target_celsius":21')),
-     _one("lock_doors", {}, OK("All doors are locked.")),
-     _one("lock_doors", {}, OK("All doors are locked."))],
+    [_one("set_temperature", {"celsius": 21}, OK('"target_celsius":21', note=False)),
+     _one("set_temperature", {"celsius": 21}, OK('"target_celsius":21', note=True)),
+     _one("lock_doors", {}, OK("All doors are locked.", note=False)),
+     _one("lock_doors", {}, OK("All doors are locked.", note=True))],
     {"set_temperature": 2, "lock_doors": 2})
 
 CHANGED_AFTER_TERMINAL = Family(
