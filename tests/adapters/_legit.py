@@ -335,22 +335,6 @@ FAMILIES = [REREAD, POLL, FIX_EACH, FIX_EACH_TWICE, FLAKY, SETTERS, CHANGED_AFTE
             PARALLEL, WEATHER_AND_FAILURE, DUPLICATE_IN_ONE_TURN, BATCH_OF_SIX]
 FAMILY_IDS = [f.name for f in FAMILIES]
 
-# -- known failures (xfail, strict): what a fix must change -------------------------------
-#: Guard.arun_tool_calls (and the adapters' async twins built on it).
-EARLY_ANSWER_OUT_OF_ORDER = (
-    "core (_drivers.run_async): an answer decided before dispatch (invalid_argument from "
-    "validation) returns without waiting for its InOrder slot, so it is counted before the "
-    "slower success ahead of it in the model's order: quote_item [bad, bad, ok(slow), bad, "
-    "bad, bad] in one batch counts 5 failures in a row and the 6th call gets tool_blocked "
-    "(in sequence: invalid_argument); the next turn's five fixes are then refused")
-#: LangGraph ToolNode, the Agents SDK and concurrent MCP requests call the guard per call.
-COMPLETION_ORDER = (
-    "a framework's own parallel tool calls reach the guard one by one with no model-order "
-    "slot, so outcomes are recorded as they complete: quote_item [bad, bad, ok(slow), bad, "
-    "bad, bad] in one message counts 5 failures in a row, the 6th call gets tool_blocked "
-    "(in sequence: invalid_argument) and the next step's fixes are refused, then halted")
-
-
 def family_params(xfails: Mapping[str, str] | None = None) -> list[Any]:
     """``FAMILIES`` as pytest params, those named in ``xfails`` marked strict xfail."""
     marks = xfails or {}

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    COMPLETION_ORDER,
     HALT_AT,
     LOOP,
     SLOW,
@@ -68,7 +67,7 @@ def _received(api: str, body: Any) -> list[tuple[str, Received]]:
 
 
 @MODELS
-@pytest.mark.parametrize("family", family_params({"batch_of_six": COMPLETION_ORDER}))
+@pytest.mark.parametrize("family", family_params())
 async def test_legitimate_family_is_never_refused(
         api: str, family: Family, stub_server: Any, canned: SimpleNamespace) -> None:
     """Each family runs to the model's final output; every call gets what it should."""

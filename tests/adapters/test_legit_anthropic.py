@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    EARLY_ANSWER_OUT_OF_ORDER,
     HALT_AT,
     LOOP,
     SLOW,
@@ -69,11 +68,8 @@ def _results(messages: list[Any]) -> list[dict[str, Any]]:
 @RUNS
 @pytest.mark.parametrize("family", family_params())
 async def test_legitimate_family_is_never_refused(
-        concurrent: bool, family: Family, stub_server: Any, canned: SimpleNamespace,
-        request: pytest.FixtureRequest) -> None:
+        concurrent: bool, family: Family, stub_server: Any, canned: SimpleNamespace) -> None:
     """Each family runs to the model's final answer; every tool_result is what it should be."""
-    if concurrent and family.name == "batch_of_six":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=EARLY_ANSWER_OUT_OF_ORDER))
     world = World(**(SLOW if concurrent else {}))
     _, requests = await _loop(concurrent, stub_server, canned, world, family.script())
     assert requests == len(family.steps) + 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 from _legit import (
-    EARLY_ANSWER_OUT_OF_ORDER,
     PARALLEL,
     SLOW,
     WEATHER_AND_FAILURE,
@@ -38,7 +37,7 @@ def _decisions(results: list[list[ToolResult]]) -> list[tuple[bool, str | None, 
     return [(r.ok, r.code, r.text, r.halt) for batch in results for r in batch]
 
 
-@pytest.mark.parametrize("family", family_params({"batch_of_six": EARLY_ANSWER_OUT_OF_ORDER}))
+@pytest.mark.parametrize("family", family_params())
 async def test_a_batch_answers_as_the_same_calls_in_sequence(family: Family) -> None:
     """Every family, batch by batch: arun_tool_calls == run_tool_calls, and both as planned."""
     in_sequence, at_once = World(), World(**SLOW)

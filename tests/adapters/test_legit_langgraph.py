@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    COMPLETION_ORDER,
     HALT_AT,
     LOOP,
     SLOW,
@@ -79,7 +78,7 @@ def _received(message: ToolMessage) -> Received:
 
 
 @RUNS
-@pytest.mark.parametrize("family", family_params({"batch_of_six": COMPLETION_ORDER}))
+@pytest.mark.parametrize("family", family_params())
 async def test_legitimate_family_is_never_refused(concurrent: bool, family: Family) -> None:
     """Each family runs to the model's final answer; every ToolMessage is what it should be."""
     world = World(**SLOW)

@@ -17,7 +17,6 @@ import anyio
 import pytest
 from _frameworks import require
 from _legit import (
-    COMPLETION_ORDER,
     HALT_AT,
     LOOP,
     LOOP_STEPS,
@@ -71,7 +70,7 @@ def _received(result: types.CallToolResult) -> Received:
 
 
 @MODES
-@pytest.mark.parametrize("family", family_params({"batch_of_six": COMPLETION_ORDER}))
+@pytest.mark.parametrize("family", family_params())
 async def test_legitimate_family_is_never_refused(mode: str, family: Family) -> None:
     """Each family's calls, turn by turn: every result is what it should be."""
     world = World(**SLOW)

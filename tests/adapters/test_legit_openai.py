@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from _frameworks import require
 from _legit import (
-    EARLY_ANSWER_OUT_OF_ORDER,
     HALT_AT,
     LOOP,
     SLOW,
@@ -91,10 +90,8 @@ def _received(api: str, body: Any) -> dict[str, Received]:
 @pytest.mark.parametrize("family", family_params())
 async def test_legitimate_family_is_never_refused(
         api: str, concurrent: bool, family: Family, stub_server: Any,
-        canned: SimpleNamespace, request: pytest.FixtureRequest) -> None:
+        canned: SimpleNamespace) -> None:
     """Each family runs to the model's final answer; every call gets what it should."""
-    if concurrent and family.name == "batch_of_six":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=EARLY_ANSWER_OUT_OF_ORDER))
     world = World(**(SLOW if concurrent else {}))
     _, requests = await _loop(api, concurrent, stub_server, canned, world, family.script())
     assert requests == len(family.steps) + 1  # the model was asked again after every step
