@@ -6,15 +6,17 @@ both cases the upstream's process tree must end with the proxy, never outlive it
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import logging
 import os
 import signal
+import stat
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import anyio
 import anyio.abc
@@ -106,8 +108,44 @@ async def _stop_on_signals(scope: anyio.CancelScope) -> None:
 async def _serve_stdio(proxy: Proxy) -> None:
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read, write):
+    lines = await _PipeLines.open()
+    async with stdio_server(stdin=cast(Any, lines)) as (read, write):
         await proxy.server.run(read, write, proxy.initialization_options())
+
+
+class _PipeLines:
+    """stdin as lines read on the event loop, so a signal can end the proxy at once.
+
+    The SDK's default reads stdin in a worker thread, which a cancellation cannot interrupt:
+    a SIGTERM would wait for the host's next line.  Only for a pipe or socket (what MCP hosts
+    give a server); anything else keeps the SDK's reader.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+
+    @classmethod
+    async def open(cls) -> _PipeLines | None:
+        try:
+            mode = os.fstat(0).st_mode
+        except OSError:
+            return None
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return None
+        reader = asyncio.StreamReader(limit=1 << 26)
+        pipe = os.fdopen(os.dup(0), "rb", buffering=0)
+        await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        return cls(reader)
+
+    def __aiter__(self) -> _PipeLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")
 
 
 async def _serve_http(proxy: Proxy, http: HttpServing) -> None:

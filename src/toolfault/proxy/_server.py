@@ -247,9 +247,23 @@ class Proxy:
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self.upstream.lost()
-                # Sent to a live server that died under it: the effect may have landed.
-                raise ConnectionResetError(f"the server behind {name} exited") from None
+                raise self._died(name) from None
             raise _protocol_failure(name, exc) from None
+
+    def _died(self, name: str) -> ToolError:
+        """The server died under a call.  Not retried inside the proxy (the call may be what
+        kills it: a retry would spend the restart budget on one call), and for a side-effect
+        tool the effect may have landed."""
+        spec = self.guard.tools.get(name)
+        effect = spec is not None and spec.side_effect
+        return ToolError(
+            "unavailable", f"the server behind {name} stopped during the call; it is "
+            "restarted for the next call", retryable=False,
+            outcome=Outcome.UNKNOWN if effect else Outcome.NO_EFFECT,
+            next_action=(f"check whether {name} took effect before calling it again, or stop "
+                         "and report that its server crashed") if effect else
+            (f"call {name} again once, or with different arguments, or stop and report "
+             "that its server crashed"))
 
     def _remote_failure(self, name: str, result: types.CallToolResult) -> ToolError:
         """An upstream ``isError`` result as a catalogued failure (its text is the reason)."""
