@@ -283,12 +283,14 @@ class Proxy:
         return types.ListToolsResult(tools=list(self._listed))
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
-                         params: types.CallToolRequestParams) -> types.CallToolResult:
+                         params: types.CallToolRequestParams
+                         ) -> types.CallToolResult | dict[str, Any]:
         self._down.seen(ctx)
         self._down.in_flight.append(ctx)
         try:
             if params.name in self._unguarded:
-                return await self._send(params.name, params.arguments or {}, None)
+                raw = await self._send(params.name, params.arguments or {}, None)
+                return raw.model_dump(by_alias=True, mode="json", exclude_unset=True)
             meta = {k: v for k, v in dict(ctx.meta or {}).items() if k not in _PROGRESS_KEYS}
 
             async def report(progress: float, total: float | None, message: str | None
@@ -311,10 +313,11 @@ class Proxy:
             self._down.in_flight.remove(ctx)
 
     def _shape(self, name: str, result: ToolResult, exchange: _Exchange,
-               guard: Guard) -> types.CallToolResult:
+               guard: Guard) -> types.CallToolResult | dict[str, Any]:
         """A success exactly as the upstream sent it; a failure in the contract's words."""
         if result.ok and exchange.result is not None and not exchange.result.is_error:
-            return exchange.result
+            # Only the fields the upstream sent (a model dump would add ``isError: false``).
+            return exchange.result.model_dump(by_alias=True, mode="json", exclude_unset=True)
         tool = self._tools.get(name)
         shaped = to_call_tool_result(result, guard,
                                      output_schema=tool.output_schema if tool else None)
