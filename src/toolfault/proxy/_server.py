@@ -27,6 +27,7 @@ from mcp.server.models import InitializationOptions
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from toolfault._errors import ConfigurationError, Outcome, ToolError
@@ -52,6 +53,7 @@ log = logging.getLogger("toolfault.proxy")
 #: when ``[proxy] sep_failure_meta = true``).
 SEP_FAILURE_META_KEY = "io.modelcontextprotocol/toolFailure"
 _PROGRESS_KEYS = ("progressToken", "progress_token")
+_RESERVED_META = ("io.modelcontextprotocol/", "modelcontextprotocol.io/")
 
 
 @dataclass(slots=True)
@@ -290,8 +292,8 @@ class Proxy:
         try:
             if params.name in self._unguarded:
                 raw = await self._send(params.name, params.arguments or {}, None)
-                return raw.model_dump(by_alias=True, mode="json", exclude_unset=True)
-            meta = {k: v for k, v in dict(ctx.meta or {}).items() if k not in _PROGRESS_KEYS}
+                return _as_sent(raw, ctx.protocol_version in MODERN_PROTOCOL_VERSIONS)
+            meta = _forwarded_meta(ctx.meta)
 
             async def report(progress: float, total: float | None, message: str | None
                              ) -> None:
@@ -305,19 +307,19 @@ class Proxy:
                     result = await scoped.acall(params.name, params.arguments)
             finally:
                 _exchange.reset(token)
-            return self._shape(params.name, result, exchange, scoped)
+            return self._shape(params.name, result, exchange, scoped,
+                               ctx.protocol_version in MODERN_PROTOCOL_VERSIONS)
         except Exception:  # a raise would reach the client as a bare JSON-RPC error
             log.exception("toolfault proxy failed while serving %s", params.name)
             return _internal_error(self.guard, params.name, params.arguments)
         finally:
             self._down.in_flight.remove(ctx)
 
-    def _shape(self, name: str, result: ToolResult, exchange: _Exchange,
-               guard: Guard) -> types.CallToolResult | dict[str, Any]:
+    def _shape(self, name: str, result: ToolResult, exchange: _Exchange, guard: Guard,
+               modern: bool) -> types.CallToolResult | dict[str, Any]:
         """A success exactly as the upstream sent it; a failure in the contract's words."""
         if result.ok and exchange.result is not None and not exchange.result.is_error:
-            # Only the fields the upstream sent (a model dump would add ``isError: false``).
-            return exchange.result.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            return _as_sent(exchange.result, modern)
         tool = self._tools.get(name)
         shaped = to_call_tool_result(result, guard,
                                      output_schema=tool.output_schema if tool else None)
@@ -427,6 +429,23 @@ class Proxy:
             self._trace.flush()
         except (OSError, ValueError):
             log.info("toolfault proxy could not write an incident to the trace")
+
+
+def _as_sent(result: types.CallToolResult, modern: bool) -> types.CallToolResult | dict[str, Any]:
+    """The upstream's result with only the fields it sent (a model dump would add
+    ``isError: false``); to a 2026-07-28 client the model, which that era's required fields
+    (``resultType``) are filled into."""
+    if modern:
+        return result
+    return result.model_dump(by_alias=True, mode="json", exclude_unset=True)
+
+
+def _forwarded_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The client's ``_meta`` minus what belongs to its own hop: the progress token (the proxy
+    asks for progress itself) and the protocol's reserved envelope keys (the client's era is
+    not the upstream's)."""
+    return {key: value for key, value in dict(meta or {}).items()
+            if key not in _PROGRESS_KEYS and not key.startswith(_RESERVED_META)}
 
 
 def _protocol_failure(name: str, exc: MCPError) -> ToolError:
