@@ -7,7 +7,6 @@ SDK; only this verb needs it, and its absence is answered with the install line 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 from urllib.parse import urlsplit
@@ -44,7 +43,9 @@ def proxy_command(args: argparse.Namespace) -> int:
         if problem:
             error("proxy", problem)
             return 2
-    if importlib.util.find_spec("mcp") is None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
         error("proxy", f"the proxy needs the MCP SDK, which is not installed: {INSTALL_HINT}")
         return 2
     from toolfault._errors import ConfigurationError

@@ -81,10 +81,10 @@ async def test_parallel_identical_calls_of_one_conversation_count_toward_its_cap
         tools: Tools) -> None:
     """Four identical failing calls at once from one conversation run the tool at most the
     cap, as the issue measured 4 to 5 runs when each connection was its own scope."""
-    async with http_server(tools.server) as url, _named(url, "burst") as c:
-        async with anyio.create_task_group() as tg:
-            for _ in range(4):
-                tg.start_soon(c.call_tool, "find_city", {"city": "Atlantis"})
+    async with http_server(tools.server) as url, _named(url, "burst") as c, \
+            anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(c.call_tool, "find_city", {"city": "Atlantis"})
     assert tools.runs["find_city"] <= 2
 
 

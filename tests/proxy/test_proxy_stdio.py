@@ -356,3 +356,15 @@ def test_the_upstream_inherits_the_hosts_environment(tmp_path: Path) -> None:
 
     assert anyio.run(go) == "k-123"
     assert os.environ.get("SOME_API_KEY") is None
+
+
+def test_a_missing_mcp_extra_names_the_install_that_fixes_it() -> None:
+    """Without the MCP SDK the verb says which pip install fixes it (exit 2, no traceback)."""
+    code = ("import sys; sys.modules['mcp'] = None\n"
+            "from toolfault._cli import main\n"
+            "sys.exit(main(['proxy', '--', 'some-server']))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2
+    assert "pip install 'toolfault[proxy]'" in done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode()

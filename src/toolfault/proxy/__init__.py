@@ -18,10 +18,10 @@ from toolfault.proxy._server import SEP_FAILURE_META_KEY, Proxy
 from toolfault.proxy._upstream import Upstream, UpstreamGone, UpstreamSpec, UpstreamStartError
 
 __all__ = [
+    "SEP_FAILURE_META_KEY",
     "HttpServing",
     "Proxy",
     "ProxyConfig",
-    "SEP_FAILURE_META_KEY",
     "ToolConfig",
     "Upstream",
     "UpstreamGone",
