@@ -9,7 +9,7 @@ def test_all_is_sorted_and_complete() -> None:
     """Every public name is exported once, in sorted order, and nothing private leaks."""
     assert toolfault.__all__ == sorted(toolfault.__all__)
     public = {n for n in dir(toolfault) if not n.startswith("_")}
-    modules = {"adapters", "bench", "stores"}
+    modules = {"adapters", "bench", "proxy", "stores"}
     assert public - modules - set(toolfault.__all__) == set()
     for name in toolfault.__all__:
         assert getattr(toolfault, name) is not None

@@ -1,4 +1,4 @@
-"""``toolfault docs | lint | bench | report | calibrate | demo``: the command line.
+"""``toolfault docs | lint | bench | report | calibrate | demo | proxy``: the command line.
 
 Each verb lives in its own module; this one only parses arguments, so ``toolfault --help``
 stays fast and a missing optional extra only breaks the verb that needs it.  Bad input is
@@ -151,6 +151,25 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="show what a model sees with and without toolfault")
     demo.add_argument("--plain", action="store_true", help="no colours or panels")
+
+    proxy = sub.add_parser(
+        "proxy", help="guard any MCP server: toolfault proxy -- CMD [ARGS...]",
+        usage="toolfault proxy [options] -- CMD [ARGS...]\n"
+        "       toolfault proxy [options] --upstream-url URL",
+        description="Run CMD as the upstream MCP server and serve it over stdio (or "
+        "--http), every tool call guarded: four-part errors, capped identical failures, "
+        "side effects from the tools' annotations. Change one line of the client's config.")
+    proxy.add_argument("--config", metavar="TOML", help="[proxy], [limits], [tools.NAME]")
+    proxy.add_argument("--trace", metavar="JSONL", help="append every call to a JSONL trace")
+    proxy.add_argument("--upstream-url", metavar="URL",
+                       help="a streamable-HTTP upstream instead of a command")
+    proxy.add_argument("--http", metavar="HOST:PORT",
+                       help="serve streamable HTTP instead of stdio (loopback unless "
+                       "--token-env is given)")
+    proxy.add_argument("--token-env", metavar="VAR",
+                       help="with --http: environment variable holding the bearer token")
+    proxy.add_argument("upstream", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                       help="the upstream server's command line")
     return parser
 
 
@@ -211,6 +230,10 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from toolfault._demo import demo_command
 
         return demo_command(plain=args.plain)
+    if args.command == "proxy":
+        from toolfault._proxy_cli import proxy_command
+
+        return proxy_command(args)
     if args.command == "bench":
         if problem := _bench_problem(args):
             error("bench", problem)

@@ -325,7 +325,7 @@ async def test_legacy_stateless_http_without_a_principal_shares_one_scope(
             second = await two.call_tool("find_city", {"city": "Atlantis"})
     assert TERMINAL not in text(first)
     assert TERMINAL in text(second)
-    said = [r.getMessage() for r in caplog.records if "cannot tell its clients apart" in
+    said = [r.getMessage() for r in caplog.records if "share one set of counters" in
             r.getMessage()]
     assert len(said) == 1 and "_meta['toolfault/task']" in said[0]
 
@@ -442,3 +442,24 @@ def test_session_guard_rejects_a_foreign_server() -> None:
     """session_guard only knows servers built by mcp_server."""
     with pytest.raises(TypeError):
         session_guard(Server("other"), None)  # type: ignore[arg-type]
+
+
+def test_a_failure_carries_no_structured_content_its_output_schema_rejects() -> None:
+    """With an outputSchema the problem dict does not fit, structuredContent is left out (the
+    TypeScript client would throw on it); the failure fields stay in _meta."""
+    guard = Guard()
+
+    @guard.tool
+    def find(city: str) -> dict[str, int]:
+        """Find a city."""
+        raise ToolError("not_found", f"no city {city}")
+
+    result = guard.call("find", {"city": "X"})
+    schema = {"type": "object", "properties": {"population": {"type": "integer"}},
+              "required": ["population"]}
+    shaped = to_call_tool_result(result, guard, output_schema=schema)
+    assert shaped.is_error and shaped.structured_content is None
+    assert shaped.meta is not None and shaped.meta[ERROR_META_KEY]["code"] == "not_found"
+    fits = to_call_tool_result(result, guard, output_schema={"type": "object"})
+    assert fits.structured_content is not None and fits.structured_content["code"] == "not_found"
+    assert to_call_tool_result(result, guard).structured_content is not None

@@ -40,9 +40,18 @@ def tools() -> Tools:
     return Tools()
 
 
-async def test_two_default_http_clients_never_share_a_counter(tools: Tools) -> None:
-    """The default client (2026-07-28, no sessions) over HTTP: each client counts alone."""
-    async with http_server(tools.server) as url, Client(url) as one, Client(url) as two:
+def _named(url: str, task: str) -> Client:
+    """A default (sessionless) client naming its conversation with the Toolfault-Task header."""
+    http = create_mcp_http_client(headers={"Toolfault-Task": task})
+    return Client(streamable_http_client(url, http_client=http))
+
+
+async def test_default_http_clients_naming_their_conversation_never_share_a_counter(
+        tools: Tools) -> None:
+    """The default client (2026-07-28, no sessions) with a Toolfault-Task header: each
+    conversation counts alone."""
+    async with http_server(tools.server) as url, _named(url, "one") as one, \
+            _named(url, "two") as two:
         a1 = await one.call_tool("find_city", {"city": "Atlantis"})
         b1 = await two.call_tool("find_city", {"city": "Atlantis"})
         a2 = await one.call_tool("find_city", {"city": "Atlantis"})
@@ -52,17 +61,40 @@ async def test_two_default_http_clients_never_share_a_counter(tools: Tools) -> N
     assert TERMINAL not in text(a1) and TERMINAL not in text(b1)
     assert TERMINAL in text(a2) and TERMINAL in text(b2)
     assert tools.runs["find_city"] == 4
-    assert task_one != task_two
-    assert task_one.startswith("t/mcp-client-") and task_two.startswith("t/mcp-client-")
+    assert (task_one, task_two) == ("t/one", "t/two")
+
+
+async def test_default_http_clients_without_an_identity_share_the_servers_scope(
+        tools: Tools, caplog: pytest.LogCaptureFixture) -> None:
+    """No principal, _meta key or header: never the TCP port (a pooled connection closes when
+    the client idles); one shared scope, and the log says how to tell clients apart."""
+    async with http_server(tools.server) as url:
+        async with Client(url) as one:
+            first = await one.call_tool("find_city", {"city": "Atlantis"})
+        async with Client(url) as two:
+            second = await two.call_tool("find_city", {"city": "Atlantis"})
+    assert TERMINAL not in text(first) and TERMINAL in text(second)
+    assert any("Toolfault-Task" in r.getMessage() for r in caplog.records)
+
+
+async def test_parallel_identical_calls_of_one_conversation_count_toward_its_cap(
+        tools: Tools) -> None:
+    """Four identical failing calls at once from one conversation run the tool at most the
+    cap, as the issue measured 4 to 5 runs when each connection was its own scope."""
+    async with http_server(tools.server) as url, _named(url, "burst") as c, \
+            anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(c.call_tool, "find_city", {"city": "Atlantis"})
+    assert tools.runs["find_city"] <= 2
 
 
 async def test_several_http_clients_at_once_each_reach_their_own_cap(tools: Tools) -> None:
-    """Five concurrent default clients repeat one failing call; each runs the body twice."""
+    """Five concurrent conversations repeat one failing call; each runs the body twice."""
     async with http_server(tools.server) as url:
         results: dict[int, list[str]] = {}
 
         async def conversation(n: int) -> None:
-            async with Client(url) as client:
+            async with _named(url, f"c{n}") as client:
                 results[n] = [text(await client.call_tool("find_city", {"city": "X"}))
                               for _ in range(3)]
 

@@ -11,22 +11,22 @@ the SDK (a raised exception would reach the client as a bare JSON-RPC error, det
 Tools are listed with ``ToolAnnotations`` derived from their registration (``readOnlyHint``
 for tools without ``side_effect``), overridable per tool with ``annotations=``.
 
-Counters are scoped per MCP client.  Each request picks its scope, first match wins:
+Counters are scoped per conversation.  Each request picks its scope, first match wins:
 
-1. ``_meta["toolfault/task"]`` (a string the client sends): one scope per value, on any
-   transport, including the stateless ones;
+1. ``_meta["toolfault/task"]`` (a string the client sends), or the HTTP header
+   ``Toolfault-Task``: one scope per value, on any transport, including the sessionless ones;
 2. a stateful session (the ``initialize`` handshake on stdio, in memory or over streamable
    HTTP with session ids): one scope per connection, task id ``<guard task>/mcp-<session>``
    (the transport's session id, or a random one: unique across processes sharing a store);
-3. sessionless HTTP (the 2026-07-28 protocol, the default client's): the authenticated
-   principal when an auth middleware set one (``request.user``: the MCP SDK's bearer auth or
-   any Starlette one), else the client's HTTP connection (its address and port, which a
-   client keeps while it is open), each its own scope; behind a proxy that pools
-   connections, send rule 1's key or authenticate;
-4. a legacy server run with ``stateless_http=True`` opens a connection per request, so only
-   a principal tells its clients apart; otherwise (a warning in the log says so, once) and
-   for a sessionless stdio or in-memory client (one client per server), the guard's own
-   scope.
+3. sessionless HTTP (the 2026-07-28 protocol, the default client's, and a legacy server run
+   with ``stateless_http=True``): the authenticated principal when an auth middleware set one
+   (``request.user``: the MCP SDK's bearer auth or any Starlette one), one scope per
+   principal.  Never the client's TCP address and port: a client's pooled connection closes
+   when it idles, and parallel calls open several, so a port is no identity;
+4. otherwise the guard's own scope, shared by every client of the server (a warning in the
+   log says so, once, for HTTP); a sessionless stdio or in-memory client is the only client
+   of its server, so there it is exact.  Parallel identical calls of one scope count toward
+   its cap like sequential ones.
 
 Turns: the server cannot see the model's turns.  A host that knows them sends
 ``_meta["toolfault/turn"]``; each change of its value starts a new turn.  Without it, a scope
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ERROR_META_KEY",
+    "TASK_HEADER",
     "TASK_META_KEY",
     "TURN_META_KEY",
     "current_request",
@@ -86,6 +87,8 @@ log = logging.getLogger("toolfault.mcp")
 
 #: ``_meta`` key naming the scope a request's counters belong to (any transport).
 TASK_META_KEY = "toolfault/task"
+#: HTTP header naming the scope, for clients that cannot set ``_meta`` (same rules).
+TASK_HEADER = "Toolfault-Task"
 #: ``_meta`` key whose changing value starts a new turn in the request's scope.
 TURN_META_KEY = "toolfault/turn"
 #: ``_meta`` key of a failed call's machine-readable failure fields.
@@ -154,7 +157,7 @@ class _Scopes:
         if not self.per_session:
             return self.guard
         meta: Mapping[str, Any] = dict(ctx.meta or {})
-        task = meta.get(TASK_META_KEY)
+        task = meta.get(TASK_META_KEY) or _header(ctx, TASK_HEADER)
         if isinstance(task, str) and task:
             # "mcp-…" names belong to connections: a client must not pick its way into one.
             label = f"task:{task}" if task.startswith("mcp-") else task
@@ -179,37 +182,29 @@ class _Scopes:
         self._named.move_to_end(key)
         return scoped
 
-    def _for_client(self, ctx: ServerRequestContext[Any, Any], *, by_connection: bool = True
-                    ) -> Guard | None:
-        """A sessionless HTTP request's scope: its principal, else its connection."""
-        request = ctx.request
-        scope = getattr(request, "scope", None)
+    def _for_principal(self, ctx: ServerRequestContext[Any, Any]) -> Guard | None:
+        """A sessionless HTTP request's scope: its authenticated principal, if any."""
+        scope = getattr(ctx.request, "scope", None)
         if not isinstance(scope, Mapping):
             return None
         principal = _principal(scope.get("user"))
         if principal:
             return self._named_scope(f"user\x00{principal}", None)
-        client = scope.get("client")
-        if client and by_connection:
-            host, port = client[0], client[1]
-            return self._named_scope(f"peer\x00{host}\x00{port}", None)
         return None
 
     def _for_connection(self, ctx: ServerRequestContext[Any, Any]) -> Guard:
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            # Every request is its own connection: key on who sent it.
-            return self._for_client(ctx) or self.guard
+        sessionless = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         # The SDK has no public accessor for the connection; its ``state`` dict is documented
         # as per-connection scratch space, which is exactly what a session scope needs.
         conn = getattr(ctx.session, "_connection", None)
         state = getattr(conn, "state", None)
-        if not isinstance(state, dict):
-            return self.guard
         session_id = getattr(conn, "session_id", None)
-        if session_id is None and ctx.request is not None:
-            # stateless_http=True: every request opens its own connection, so only a principal
-            # tells clients apart; without one they share the guard's scope.
-            return self._for_client(ctx, by_connection=False) or self._shared()
+        if not sessionless and session_id is None and ctx.request is not None:
+            sessionless = True  # stateless_http=True: a connection per request
+        if sessionless or not isinstance(state, dict):
+            if ctx.request is None:
+                return self.guard  # stdio or in memory: the server's only client
+            return self._for_principal(ctx) or self._shared()
         scoped = state.get(self._key)
         if not isinstance(scoped, Guard):
             # Unique across processes too: stdio servers of a fleet may share one store.
@@ -224,9 +219,9 @@ class _Scopes:
         if not self.warned_shared:
             self.warned_shared = True
             log.warning(
-                "toolfault: a stateless_http MCP server cannot tell its clients apart: they "
-                "share one set of counters. Authenticate them, have each send "
-                "_meta['%s'], or serve with stateless_http=False", TASK_META_KEY)
+                "toolfault: sessionless MCP clients over HTTP that send no identity share one "
+                "set of counters. Authenticate them, or have each send _meta['%s'] or the "
+                "%s header", TASK_META_KEY, TASK_HEADER)
         return self.guard
 
     def _follow_turn(self, scoped: Guard, marker: Any) -> None:
@@ -242,6 +237,19 @@ class _Scopes:
                 and now - last >= self.idle_turn_seconds):
             scoped.new_turn()
         self._seen[scoped] = now
+
+
+def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str | None:
+    """An HTTP request header of ``ctx`` (``None`` on stdio and in memory)."""
+    scope = getattr(ctx.request, "scope", None)
+    if not isinstance(scope, Mapping):
+        return None
+    wanted = name.lower().encode("latin-1")
+    for key, value in scope.get("headers") or ():
+        if key.lower() == wanted:
+            text = value.decode("latin-1").strip()
+            return text or None
+    return None
 
 
 def _principal(user: Any) -> str | None:
@@ -300,16 +308,23 @@ def _content_of(value: Any) -> list[ContentBlock] | None:
     return [b for b in blocks if b is not None]
 
 
-def to_call_tool_result(result: ToolResult, guard: Guard | None = None) -> types.CallToolResult:
+def to_call_tool_result(result: ToolResult, guard: Guard | None = None, *,
+                        output_schema: Mapping[str, Any] | None = None) -> types.CallToolResult:
     """A guarded call's result as MCP sends it to the model.
 
     Failures: ``is_error=True``, the four-part (or terminal) text, the problem dict as
-    ``structured_content``.  Successes: the text, plus ``structured_content`` when the value
-    is a JSON object; content blocks a tool returned (images, resources) pass through, their
-    text redacted with ``guard``'s secrets.
+    ``structured_content`` only where it is valid: a tool with an ``output_schema`` gets none
+    unless the problem fits it (clients such as the official TypeScript SDK validate
+    ``structuredContent`` even on errors and throw, so the model would never see the text);
+    the failure fields are in ``_meta`` either way.  Successes: the text, plus
+    ``structured_content`` when the value is a JSON object; content blocks a tool returned
+    (images, resources) pass through, their text redacted with ``guard``'s secrets.
     """
     if not result.ok:
         problem = result.data if isinstance(result.data, dict) else None
+        if problem is not None and output_schema is not None and not _fits(problem,
+                                                                             output_schema):
+            problem = None
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.text)],
             structured_content=problem,
@@ -332,6 +347,17 @@ def to_call_tool_result(result: ToolResult, guard: Guard | None = None) -> types
         content=[types.TextContent(type="text", text=result.text)],
         structured_content=structured,
     )
+
+
+def _fits(value: Any, schema: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is valid against a tool's output schema (a bad schema: no)."""
+    import jsonschema
+
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        return bool(cls(schema).is_valid(value))
+    except Exception:  # noqa: BLE001 - a schema we cannot read validates nothing
+        return False
 
 
 def failure_meta(result: ToolResult) -> dict[str, Any]:
@@ -439,15 +465,21 @@ def mcp_server(
 def side_effect_of(annotations: types.ToolAnnotations | None) -> bool:
     """Whether a remote tool's calls change the world, by its ``ToolAnnotations``.
 
-    ``readOnlyHint`` tools have no effect; ``idempotentHint`` tools may be repeated safely,
-    so the guard treats them like reads (a timeout may be retried, an identical result again
-    is no progress).  Anything else, unannotated tools included (MCP's defaults: not read-only,
-    destructive, not idempotent), is a side effect: timeouts are ``Effect: unknown`` and never
-    blindly retried.
+    ``readOnlyHint`` tools have no effect.  A tool that says ``destructiveHint: true`` is a
+    side effect even when it also says ``idempotentHint`` (a repeat may do no further harm,
+    but a timed-out call must still never be re-sent blindly).  Otherwise ``idempotentHint``
+    tools may be repeated safely, so the guard treats them like reads (a timeout may be
+    retried, an identical result again is no progress).  Anything else, unannotated tools
+    included (MCP's defaults: not read-only, destructive, not idempotent), is a side effect:
+    timeouts are ``Effect: unknown`` and never blindly retried.
     """
     if annotations is None:
         return True
-    return not (annotations.read_only_hint or annotations.idempotent_hint)
+    if annotations.read_only_hint:
+        return False
+    if annotations.destructive_hint:
+        return True
+    return not annotations.idempotent_hint
 
 
 def _remote_value(result: types.CallToolResult) -> Any:

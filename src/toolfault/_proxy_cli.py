@@ -1,0 +1,93 @@
+"""``toolfault proxy``: arguments checked before anything starts, then the proxy runs.
+
+Why its own module: the command line stays importable (and ``--help`` fast) without the MCP
+SDK; only this verb needs it, and its absence is answered with the install line that fixes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from urllib.parse import urlsplit
+
+#: What fixes a missing MCP SDK.
+INSTALL_HINT = "pip install 'toolfault[proxy]'"
+
+
+def proxy_command(args: argparse.Namespace) -> int:
+    """Run ``toolfault proxy`` from parsed arguments; 2 for a usage error, 1 for a failure."""
+    from toolfault._cli import error, input_problem, output_problem
+
+    command = list(args.upstream or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if bool(command) == bool(args.upstream_url):
+        error("proxy", "give the upstream server as a command after --, or as --upstream-url "
+              "URL (not both)")
+        return 2
+    if args.upstream_url:
+        parts = urlsplit(args.upstream_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            error("proxy", f"--upstream-url must be an http(s) URL, got {args.upstream_url!r}")
+            return 2
+    if args.config and (problem := input_problem(args.config, "TOML file")):
+        error("proxy", f"--config: {problem}")
+        return 2
+    if args.trace and (problem := output_problem(args.trace)):
+        error("proxy", f"--trace: {problem}")
+        return 2
+    http = None
+    if args.http:
+        http, problem = _http(args.http, args.token_env)
+        if problem:
+            error("proxy", problem)
+            return 2
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        error("proxy", f"the proxy needs the MCP SDK, which is not installed: {INSTALL_HINT}")
+        return 2
+    from toolfault._errors import ConfigurationError
+    from toolfault.proxy._config import ProxyConfig, load_config
+    from toolfault.proxy._run import run_proxy
+    from toolfault.proxy._upstream import UpstreamSpec, UpstreamStartError
+
+    try:
+        config = load_config(args.config) if args.config else ProxyConfig()
+    except ConfigurationError as exc:
+        error("proxy", str(exc))
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(name)s: %(levelname)s: %(message)s")
+    spec = UpstreamSpec(command=tuple(command), url=args.upstream_url or None)
+    try:
+        run_proxy(spec, config, trace=args.trace, http=http)
+    except UpstreamStartError as exc:
+        error("proxy", str(exc))
+        return 1
+    except BaseExceptionGroup as group:  # anyio task groups wrap what ended them
+        start = group.subgroup(lambda e: isinstance(e, UpstreamStartError))
+        if start is None:
+            raise
+        error("proxy", str(start.exceptions[0]))
+        return 1
+    return 0
+
+
+def _http(value: str, token_env: str | None):  # type: ignore[no-untyped-def]
+    """``HOST:PORT`` as :class:`HttpServing`, or why it cannot serve there."""
+    from toolfault.proxy._run import HttpServing, token_from_env
+
+    host, sep, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None, f"--http must be HOST:PORT such as 127.0.0.1:8765, got {value!r}"
+    token = token_from_env(token_env) if token_env else None
+    if token_env and token is None:
+        return None, f"--token-env: environment variable {token_env} is not set or empty"
+    serving = HttpServing(host=host, port=int(port_text), token=token)
+    if not serving.loopback and token is None:
+        return None, (f"--http {value} is reachable from the network: set --token-env VAR "
+                      "to an environment variable holding a bearer token clients must send")
+    return serving, None
