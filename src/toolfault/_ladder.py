@@ -327,8 +327,9 @@ class Ladder:
         if not same:
             self._learn_poller(fingerprint)
             return Repeat.CHANGED
-        if repeats < times or spec.name in limits.progress_exempt \
-                or self._is_poller(fingerprint):
+        if spec.name in limits.progress_exempt:
+            return Repeat.NEW  # the same answer is what this tool is for: no note either
+        if repeats < times or self._is_poller(fingerprint):
             return Repeat.SAME
         return Repeat.NO_PROGRESS
 

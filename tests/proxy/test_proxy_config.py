@@ -41,10 +41,10 @@ def test_every_limits_field_is_accepted_by_its_own_name() -> None:
 def test_limits_tables_and_none_are_shaped_like_the_fields() -> None:
     """backoff and retry_limits tables merge over the defaults; "none" is None."""
     config = parse_config({"limits": {
-        "retry_limit": 3, "halt_after_terminal": "none",
+        "retry_limit": 3, "halt_after_refusals": "none",
         "backoff": {"attempts": 5}, "retry_limits": {"transient": 4},
         "progress_exempt": ["a"]}})
-    assert config.limits.retry_limit == 3 and config.limits.halt_after_terminal is None
+    assert config.limits.retry_limit == 3 and config.limits.halt_after_refusals is None
     assert config.limits.backoff.attempts == 5
     assert config.limits.backoff.initial == Limits().backoff.initial
     assert config.limits.retry_limits[FailureClass.TRANSIENT] == 4

@@ -34,9 +34,10 @@ async def test_http_serving_passes_results_through_and_caps_failures(runs: Runs)
     with http_proxy(*UPSTREAM, environ=env(UPSTREAM_RUNS=str(runs.path))) as (url, _):
         async with client(url, **{"Toolfault-Task": "conv-1"}) as c:
             ok = await c.call_tool("lookup", {"city": "Paris"})
-            fails = [await c.call_tool("reject", {"code": "X"}) for _ in range(3)]
+            fails = [await c.call_tool("reject", {"code": "X"}) for _ in range(4)]
     assert ok.structured_content == {"city": "Paris", "population": 8800000}
-    assert TERMINAL in text(fails[1]) and "(code: halted)" in text(fails[2])
+    assert TERMINAL in text(fails[1]) and TERMINAL in text(fails[2])  # blocked, not run
+    assert "(code: halted)" in text(fails[3])
     assert runs.count("reject") == 2
 
 

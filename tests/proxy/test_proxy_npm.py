@@ -80,11 +80,12 @@ async def test_filesystem_server_failure_is_shaped_valid_and_capped(tmp_path: Pa
     missing = str(tmp_path / "missing.txt")
     async with stdio_session(proxy_argv(server, str(tmp_path))) as proxied:
         results = [await proxied.call_tool("read_text_file", {"path": missing})
-                   for _ in range(3)]
+                   for _ in range(4)]
     assert all(r.is_error for r in results)
     assert all(r.structured_content is None for r in results)
     assert "(code: not_found)" in text(results[0]) and "Next action:" in text(results[0])
-    assert TERMINAL in text(results[1]) and "(code: halted)" in text(results[2])
+    assert TERMINAL in text(results[1]) and TERMINAL in text(results[2])  # blocked
+    assert "(code: halted)" in text(results[3])
     assert (results[0].meta or {})["toolfault/error"]["code"] == "not_found"
 
 
@@ -154,14 +155,16 @@ def test_the_typescript_client_sees_the_four_part_text_not_an_exception(
     errors: through the proxy its callTool returns the shaped failure instead of throwing."""
     server = npm_server("mcp-server-filesystem")
     missing = str(tmp_path / "missing.txt")
-    lines = _ts_client("read_text_file", {"path": missing}, 3,
+    lines = _ts_client("read_text_file", {"path": missing}, 4,
                        *proxy_argv(server, str(tmp_path)))
-    assert [line["ok"] for line in lines] == [True, True, True], lines
+    assert [line["ok"] for line in lines] == [True] * 4, lines
     results = [line["result"] for line in lines]
     assert all(r["isError"] is True and "structuredContent" not in r for r in results)
     assert "(code: not_found)" in results[0]["content"][0]["text"]
     assert TERMINAL in results[1]["content"][0]["text"]
-    assert results[2]["_meta"]["toolfault/error"]["halt"] is True
+    assert TERMINAL in results[2]["content"][0]["text"]  # blocked: the same words again
+    assert results[2]["_meta"]["toolfault/error"]["halt"] is False
+    assert results[3]["_meta"]["toolfault/error"]["halt"] is True
 
 
 def test_the_typescript_client_gets_successes_unchanged(tmp_path: Path) -> None:
