@@ -34,17 +34,15 @@ from __future__ import annotations
 import contextvars
 import inspect
 import json
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
-from toolfault._errors import ConfigurationError, ToolError
+from toolfault._errors import ToolError
 from toolfault._guard import Guard
 from toolfault._schema import describe
 from toolfault.adapters._extras import missing_extra
+from toolfault.adapters._hosted import ScopeRegistry, register
 
 try:
     from pydantic_ai.exceptions import (
@@ -64,14 +62,8 @@ except ModuleNotFoundError as exc:
 
 __all__ = ["GuardedToolset", "conversation_guard"]
 
-#: Conversations whose scopes a guard keeps for this adapter (least recently used dropped first).
-MAX_CONVERSATIONS = 4096
-
 Conversation = Callable[[RunContext[Any]], "str | None"]
 
-#: The guard's schema for these tools: any object.  The toolset's own validator decides the
-#: rest, inside the guarded call, so what Pydantic AI accepts is exactly what it accepted.
-_ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 #: What a guard tool registered by this adapter is marked with (and the options it was given).
 _MARK = "_toolfault_pydantic_ai"
 #: Raised inside a guarded call, meant for Pydantic AI's loop rather than for the model.
@@ -181,8 +173,8 @@ def _invalid(name: str, exc: ValidationError, schema: Mapping[str, Any]) -> Tool
                      next_action=f"call {name} again with {param} as {expected}")
 
 
-def _body(options: Mapping[str, Any]) -> Callable[..., Any]:
-    """The function a guard runs for any tool of a guarded toolset: the call in flight."""
+def _body() -> Callable[..., Any]:
+    """What the guard runs for a tool of a guarded toolset: the call in flight."""
 
     async def run_toolset_tool(**kwargs: Any) -> Any:
         call = _current.get()
@@ -191,61 +183,10 @@ def _body(options: Mapping[str, Any]) -> Callable[..., Any]:
                             next_action="stop and report this failure to the user")
         return await call.run(kwargs)
 
-    setattr(run_toolset_tool, _MARK, dict(options))
     return run_toolset_tool
 
 
-def _register(guard: Guard, tool: ToolsetTool[Any], options: Mapping[str, Any]) -> None:
-    """Register ``tool`` on the guard once (again only when its options changed)."""
-    name = tool.tool_def.name
-    spec = guard.tools.get(name)
-    if spec is not None:
-        mine = getattr(spec.fn, _MARK, None)
-        if mine is None:
-            raise ConfigurationError(
-                f"{name} is already registered on the guard: GuardedToolset registers the tools "
-                "of the toolset it wraps itself (pass options as tool_options=)")
-        if mine == dict(options):
-            return
-    guard.tool(name=name, description=tool.tool_def.description or name, schema=_ANY_OBJECT,
-               **options)(_body(options))
-
-
-class _Conversations:
-    """One scope per conversation key of one guard, and the run each last saw."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.scopes: OrderedDict[str, tuple[Guard, str | None]] = OrderedDict()
-
-    def scope(self, guard: Guard, key: str, run_id: str | None) -> Guard:
-        with self.lock:
-            entry = self.scopes.get(key)
-            if entry is None:
-                scoped = guard.scoped(f"{guard.task_id}/conversation-{key}")
-                self.scopes[key] = (scoped, run_id)
-                while len(self.scopes) > MAX_CONVERSATIONS:
-                    self.scopes.popitem(last=False)
-                return scoped
-            scoped, seen = entry
-            self.scopes.move_to_end(key)
-            if run_id is not None and seen not in (None, run_id):
-                scoped.new_turn()  # the conversation's next run
-            if run_id is not None:
-                self.scopes[key] = (scoped, run_id)
-            return scoped
-
-
-_conversations: weakref.WeakKeyDictionary[Guard, _Conversations] = weakref.WeakKeyDictionary()
-_conversations_lock = threading.Lock()
-
-
-def _scopes(guard: Guard) -> _Conversations:
-    with _conversations_lock:
-        found = _conversations.get(guard)
-        if found is None:
-            found = _conversations[guard] = _Conversations()
-        return found
+_scopes = ScopeRegistry("conversation")
 
 
 def conversation_guard(guard: Guard, conversation: str) -> Guard:
@@ -253,7 +194,7 @@ def conversation_guard(guard: Guard, conversation: str) -> Guard:
 
     The same scope a :class:`GuardedToolset` on ``guard`` uses for that conversation key.
     """
-    return _scopes(guard).scope(guard, conversation, None)
+    return _scopes.scope(guard, conversation, None)
 
 
 async def _end_run(ctx: RunContext[Any], text: str) -> bool:
@@ -296,7 +237,8 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
             if tool.tool_def.kind != "function":
                 out[name] = tool
                 continue
-            _register(self.guard, tool, self.tool_options.get(name, {}))
+            register(self.guard, name, tool.tool_def.description or name,
+                     self.tool_options.get(name, {}), _MARK, _body)
             out[name] = _GuardedTool(
                 toolset=tool.toolset, tool_def=tool.tool_def, max_retries=tool.max_retries,
                 args_validator=_PASS_THROUGH, args_validator_func=None, inner=tool)
@@ -326,6 +268,4 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
         key = self.conversation(ctx) if self.conversation is not None else ctx.conversation_id
         if key is None:
             key = ctx.run_id
-        if key is None:
-            return self.guard
-        return _scopes(self.guard).scope(self.guard, str(key), ctx.run_id)
+        return _scopes.scope(self.guard, None if key is None else str(key), ctx.run_id)
