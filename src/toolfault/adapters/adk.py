@@ -49,7 +49,7 @@ try:
     from google.adk.tools.tool_context import ToolContext
     from google.genai import types
 except ModuleNotFoundError as exc:
-    missing_extra(exc, "adk", "adk", "google", "google.adk", "google.genai")
+    missing_extra(exc, "adk", "adk", "google.adk", "google.genai")
 
 __all__ = ["ToolfaultPlugin", "session_guard"]
 

@@ -35,14 +35,19 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
 from pydantic import BaseModel, Field
 
 from toolfault._errors import ToolError
 from toolfault._guard import Guard
 from toolfault._result import ToolContext, ToolResult
+from toolfault.adapters._extras import missing_extra
+
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
+except ModuleNotFoundError as exc:
+    missing_extra(exc, "langchain", "langchain", "langchain_core")
 
 __all__ = ["GuardedTool", "guard_langchain_tool", "halt_hook", "halted", "langchain_tools",
            "thread_guard"]

@@ -58,7 +58,7 @@ try:
     from pydantic_ai.toolsets.abstract import ToolsetTool
     from pydantic_core import ValidationError
 except ModuleNotFoundError as exc:
-    missing_extra(exc, "pydantic_ai", "pydantic-ai", "pydantic_ai", "pydantic_core")
+    missing_extra(exc, "pydantic_ai", "pydantic-ai", "pydantic_ai")
 
 __all__ = ["GuardedToolset", "conversation_guard"]
 
