@@ -54,7 +54,7 @@ try:
         UserError,
     )
     from pydantic_ai.tools import AgentDepsT, RunContext
-    from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
+    from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
     from pydantic_core import ValidationError
 except ModuleNotFoundError as exc:
@@ -228,6 +228,14 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
     tool_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The key calls count under: ``RunContext.conversation_id`` unless given.
     conversation: Conversation | None = None
+
+    def __post_init__(self) -> None:
+        # A function toolset's tools are known now: registered at once, so the guard (and
+        # ``toolfault lint``) sees them before the first run; other toolsets' at first listing.
+        if isinstance(self.wrapped, FunctionToolset):
+            for name, tool in self.wrapped.tools.items():
+                register(self.guard, name, tool.description or name,
+                         self.tool_options.get(name, {}), _MARK, _body)
 
     async def get_tools(self, ctx: RunContext[AgentDepsT]
                         ) -> dict[str, ToolsetTool[AgentDepsT]]:
