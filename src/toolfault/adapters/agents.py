@@ -34,16 +34,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonschema
-from agents import FunctionTool, RunContextWrapper
-from agents.agent import ToolsToFinalOutputResult
-from agents.exceptions import ModelBehaviorError
-from agents.tool import FunctionToolResult, ToolErrorFunction, default_tool_error_function
-from agents.tool_context import ToolContext
 
 from toolfault._errors import ToolError
 from toolfault._guard import Guard
 from toolfault._schema import JsonSchemaValidator
 from toolfault._tool import ToolSpec
+from toolfault.adapters._extras import missing_extra
+
+try:
+    from agents import FunctionTool, RunContextWrapper
+    from agents.agent import ToolsToFinalOutputResult
+    from agents.exceptions import ModelBehaviorError
+    from agents.tool import FunctionToolResult, ToolErrorFunction, default_tool_error_function
+    from agents.tool_context import ToolContext
+except ModuleNotFoundError as exc:
+    missing_extra(exc, "agents", "agents", "agents", "openai")
 
 __all__ = ["HaltedOutput", "failure_error_function", "function_tools", "stop_on_halt"]
 

@@ -19,7 +19,8 @@ tool the graph state).  Without a ``thread_id`` (no checkpointer) each invocatio
 list is its own conversation (keyed by its first message's id); calls made outside a
 ``ToolNode`` without a ``thread_id`` count on the guard itself.
 
-A halt ends the run without a recursion error: pass :func:`halt_hook` as
+A halt ends the run without a recursion error: pass :func:`halt_middleware` to LangChain v1's
+``create_agent(..., middleware=[halt_middleware()])``, or :func:`halt_hook` as
 ``create_react_agent(..., post_model_hook=halt_hook)`` (or run it as a node between the model
 and ``tools_condition``); after a halted tool message it drops the model's next tool calls
 and answers with the halt, so the graph reaches ``END`` normally.
@@ -29,23 +30,29 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import functools
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
 from pydantic import BaseModel, Field
 
 from toolfault._errors import ToolError
 from toolfault._guard import Guard
 from toolfault._result import ToolContext, ToolResult
+from toolfault.adapters._extras import missing_extra
 
-__all__ = ["GuardedTool", "guard_langchain_tool", "halt_hook", "halted", "langchain_tools",
-           "thread_guard"]
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
+except ModuleNotFoundError as exc:
+    missing_extra(exc, "langchain", "langchain", "langchain_core")
+
+__all__ = ["GuardedTool", "guard_langchain_tool", "halt_hook", "halt_middleware", "halted",
+           "langchain_tools", "thread_guard"]
 
 #: Threads whose scopes a guard keeps (least recently used dropped first).
 MAX_THREADS = 4096
@@ -371,3 +378,35 @@ def guard_langchain_tool(guard: Guard, tool: BaseTool, **options: Any) -> BaseTo
     if artifacts is not None:
         guarded.artifacts = artifacts
     return guarded
+
+
+@functools.cache
+def _halt_middleware_class() -> type[Any]:
+    """``HaltMiddleware``, built on first use: only ``create_agent`` users need ``langchain``."""
+    try:
+        from langchain.agents.middleware import AgentMiddleware
+    except ModuleNotFoundError as exc:
+        missing_extra(exc, "langchain", "langchain", "langchain")
+
+    class HaltMiddleware(AgentMiddleware):
+        """Runs :func:`halt_hook` after each model call of a ``create_agent`` agent."""
+
+        def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+            return halt_hook(state) or None
+
+        async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+            return halt_hook(state) or None
+
+    return HaltMiddleware
+
+
+def halt_middleware() -> Any:
+    """End a LangChain v1 ``create_agent`` agent normally once the guard halted.
+
+    ``create_agent(model, tools, middleware=[halt_middleware()])``: after each model call,
+    :func:`halt_hook` replaces tool calls that follow a halted tool message with a final
+    ``"Stopped: ..."`` message, so the agent ends instead of looping until the recursion limit.
+    (``create_agent`` has no ``post_model_hook``, and its ``after_model`` hooks take
+    ``(state, runtime)``; this is that hook.)  Needs the ``langchain`` package.
+    """
+    return _halt_middleware_class()()

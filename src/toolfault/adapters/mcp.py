@@ -50,9 +50,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
-from mcp import types
-from mcp.server import Server, ServerRequestContext
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from toolfault import __version__
@@ -61,6 +58,14 @@ from toolfault._guard import Guard
 from toolfault._message import echo_args, render_error
 from toolfault._result import ToolResult
 from toolfault._tool import ToolSpec
+from toolfault.adapters._extras import missing_extra
+
+try:
+    from mcp import types
+    from mcp.server import Server, ServerRequestContext
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+except ModuleNotFoundError as exc:
+    missing_extra(exc, "mcp", "mcp", "mcp", "mcp_types")
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http import EventStore
