@@ -10,7 +10,7 @@ import pytest
 from _frameworks import require
 from pydantic import Field
 
-from toolfault import Guard, Limits, ToolError
+from toolfault import Guard, ToolError
 
 require("google.adk")
 
@@ -27,10 +27,6 @@ from toolfault.adapters.adk import ToolfaultPlugin, session_guard  # noqa: E402
 
 TERMINAL = "Retrying the same call is not allowed."
 REPEAT = [("find_city", {"name": "Atlantis"})]
-#: The ladder before the lead's rewrite flags the first identical read; the new one waits.
-OLD_LADDER = getattr(Limits(), "no_progress_repeats", 5) < 3
-NEW_LADDER = pytest.mark.xfail(OLD_LADDER, strict=True,
-                               reason="needs the ladder that lets a read repeat (Limits rewrite)")
 
 Step = list[tuple[str, Any]] | str
 
@@ -176,17 +172,19 @@ async def test_a_crashing_tool_never_fails_the_invocation_nor_leaks_internals(
 async def test_a_stubborn_model_is_capped_and_the_halt_ends_the_invocation(
         fast_guard: Guard, tools: list[Any], runs: dict[str, int]) -> None:
     """The model repeats one failing call for ever: the body runs twice, then the terminal
-    stop, then the halt; the final response names it and the model is not asked again."""
+    stop, the same stop again (blocked), then the halt; the final response names it and the
+    model is not asked again."""
     agent, model = _agent(tools, [REPEAT] * 50)
     events = await Session(fast_guard, agent).send("Find Atlantis.")
     texts = [r["error"] for r in responses(events)]
-    assert len(texts) == 3
+    assert len(texts) == 4
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in texts[0]
     assert texts[1].startswith("find_city failed 2 times with identical arguments")
-    assert texts[2].startswith("find_city failed (code: halted).")
+    assert texts[2] == texts[1]
+    assert texts[3].startswith("find_city failed (code: halted).")
     assert final_text(events).startswith("Stopped: find_city failed (code: halted).")
-    assert len(model.requests) == 3
+    assert len(model.requests) == 4
     assert runs["find_city"] == 2
 
 
@@ -224,7 +222,7 @@ async def test_two_sessions_at_once_are_counted_apart(
 async def test_a_sessions_next_invocation_is_a_new_turn_of_its_scope(
         fast_guard: Guard, tools: list[Any], runs: dict[str, int]) -> None:
     """After a halt, the user's next message runs the call again (new turn, same scope)."""
-    agent, _ = _agent(tools, [REPEAT] * 3 + [REPEAT, "Still nothing."])
+    agent, _ = _agent(tools, [REPEAT] * 4 + [REPEAT, "Still nothing."])
     session = Session(fast_guard, agent)
     assert final_text(await session.send("Find Atlantis.")).startswith("Stopped: ")
     events = await session.send("Try once more.")
@@ -249,7 +247,6 @@ async def test_every_agent_is_guarded_and_a_halt_ends_the_whole_invocation(
     assert runs["find_city"] == 2
 
 
-@NEW_LADDER
 async def test_a_read_repeated_once_is_answered(fast_guard: Guard, tools: list[Any]) -> None:
     """Re-reading what it already read is legitimate: both calls return the weather."""
     agent, _ = _agent(tools, [[("get_weather", {"city": "Oslo"})]] * 2 + ["Sunny."])
@@ -257,7 +254,6 @@ async def test_a_read_repeated_once_is_answered(fast_guard: Guard, tools: list[A
     assert responses(events) == [{"result": "sunny in Oslo"}] * 2
 
 
-@NEW_LADDER
 async def test_a_poll_whose_result_changes_is_answered(fast_guard: Guard) -> None:
     """Polling until a job is done: every poll returns the job's state."""
     states = iter(["running", "running", "done"])

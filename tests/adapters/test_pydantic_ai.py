@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from _frameworks import require
 
-from toolfault import ConfigurationError, Guard, Limits, ToolError
+from toolfault import ConfigurationError, Guard, ToolError
 
 pydantic_ai = require("pydantic_ai")
 
@@ -34,10 +34,6 @@ from toolfault.adapters.pydantic_ai import GuardedToolset, conversation_guard  #
 
 TERMINAL = "Retrying the same call is not allowed."
 REPEAT = [("find_city", {"name": "Atlantis"})]
-#: The ladder before the lead's rewrite flags the first identical read; the new one waits.
-OLD_LADDER = getattr(Limits(), "no_progress_repeats", 5) < 3
-NEW_LADDER = pytest.mark.xfail(OLD_LADDER, strict=True,
-                               reason="needs the ladder that lets a read repeat (Limits rewrite)")
 
 Step = list[tuple[str, Any]] | str
 
@@ -215,11 +211,11 @@ async def test_identical_failures_are_capped_and_a_stubborn_model_ends_with_a_ha
     result = await agent(fast_guard, stubborn, [REPEAT] * 50).run("Find Atlantis.")
     assert result.output.startswith("Stopped: find_city failed (code: halted).")
     texts = [str(p.content) for p in returns(result.all_messages())]
-    assert len(texts) == 3  # cap (2) + the halted call; no further model request
+    assert len(texts) == 4  # cap (2), the blocked repeat, the halted call; no further request
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in texts[0]
     assert texts[1].startswith("find_city failed 2 times with identical arguments")
-    assert TERMINAL in texts[1]
+    assert TERMINAL in texts[1] and texts[2] == texts[1]
     assert runs["find_city"] == 2
 
 
@@ -257,7 +253,7 @@ async def test_two_runs_at_once_are_counted_apart(
 async def test_a_conversations_next_run_is_a_new_turn_of_the_same_scope(
         fast_guard: Guard, toolset: Any, runs: dict[str, int]) -> None:
     """Continuing with message_history: the capped call runs again (new turn), same scope."""
-    first = await agent(fast_guard, toolset, [REPEAT] * 3).run("Find Atlantis.")
+    first = await agent(fast_guard, toolset, [REPEAT] * 4).run("Find Atlantis.")
     assert first.output.startswith("Stopped: ")
     second = await agent(fast_guard, toolset, [REPEAT, "Still nothing."]).run(
         "Try once more.", message_history=first.all_messages())
@@ -284,7 +280,6 @@ async def test_a_conversation_key_joins_runs_and_run_id_keeps_them_apart(
     assert {i.turn for i in conversation_guard(fast_guard, apart.run_id).incidents} == {0}
 
 
-@NEW_LADDER
 async def test_a_read_repeated_once_is_answered(fast_guard: Guard, toolset: Any) -> None:
     """Re-reading what it already read is legitimate: both calls return the weather."""
     result = await agent(fast_guard, toolset, [[("get_weather", {"city": "Oslo"})]] * 2
@@ -293,7 +288,6 @@ async def test_a_read_repeated_once_is_answered(fast_guard: Guard, toolset: Any)
     assert [p.outcome for p in returns(result.all_messages())] == ["success", "success"]
 
 
-@NEW_LADDER
 async def test_a_poll_whose_result_changes_is_answered(fast_guard: Guard) -> None:
     """Polling until a job is done: every poll returns the job's state."""
     states = iter(["running", "running", "done"])
