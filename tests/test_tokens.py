@@ -46,7 +46,8 @@ def test_estimate_counts_every_kind_of_character(text: str) -> None:
 ])
 def test_every_failure_message_fits_the_token_budget(reason: str) -> None:
     """Very long reasons, next actions and arguments (repeated characters, CJK, emoji) are
-    cut with an ellipsis so the message stays within the catalog's token budget."""
+    cut with an ellipsis: the message stays near the catalog's token budget (the code and
+    the next action are kept whole up to twice the budget; past that every line is cut)."""
     from toolfault import Guard, ToolError
 
     guard = Guard(scan_env_secrets=False)
@@ -64,7 +65,7 @@ def test_every_failure_message_fits_the_token_budget(reason: str) -> None:
                        ("crash", {reason[:500]: reason}), (reason[:300], {"a": reason})):
         for _ in range(3):  # the terminal message too
             result = guard.call(name, args)
-            assert count_tokens(result.text) <= budget, result.text
+            assert count_tokens(result.text) <= 2 * budget, result.text
             assert result.text.count("\n") >= 2
         guard.new_turn()
     cut = guard.call("order", {"item": "a", "qty": 1})
@@ -200,11 +201,14 @@ def test_a_backend_that_disagrees_is_not_trusted() -> None:
 
 
 def _estimate_piece_by_piece(text: str) -> int:
-    """The estimate as first defined: one scan, each piece priced by its first character."""
+    """The estimate as first defined: one scan, each piece priced by its first character
+    (the ASCII pieces' sum calibrated, the others by their UTF-8 bytes)."""
     import math
     import re
 
-    total = 0
+    from toolfault._tokens import CALIBRATION
+
+    total, wide = 0, 0
     pieces = re.findall(r"[A-Za-z]+|[0-9]{1,3}|[^\x00-\x7f]|[^\sA-Za-z0-9\x80-\U0010ffff]+", text)
     for piece in pieces:
         first = piece[0]
@@ -216,8 +220,8 @@ def _estimate_piece_by_piece(text: str) -> int:
         elif first.isascii():
             total += 1
         else:
-            total += len(piece.encode("utf-8", "surrogatepass"))
-    return total
+            wide += len(piece.encode("utf-8", "surrogatepass"))
+    return math.ceil(total * CALIBRATION) + wide
 
 
 def test_the_estimate_is_the_piece_by_piece_count() -> None:
@@ -231,3 +235,22 @@ def test_the_estimate_is_the_piece_by_piece_count() -> None:
     texts.append(example_message(Catalog.default(), Catalog.default().get("invalid_argument")))
     for text in texts:
         assert estimate_tokens(text) == _estimate_piece_by_piece(text), repr(text)
+
+
+def test_the_cut_keeps_the_code_the_named_argument_and_the_next_action() -> None:
+    """Over budget, the arguments the reason names stay (the others become an ellipsis) and
+    the first line and the next action are never cut."""
+    from toolfault._message import fit_to_budget
+
+    text = ("search_flights failed (code: invalid_argument).\n"
+            "Reason: max_price should be greater than 0.\n"
+            'Rejected arguments: {"origin": "SFO", "destination": "JFK", "max_price": -1}.\n'
+            "Effect: none. Retrying the same call will not help.\n"
+            "Next action: call search_flights again with max_price as an integer greater "
+            "than 0, or call search_flights_any_price if no budget constraint applies.")
+    for budget in (50, 70, 85):
+        cut, problem = fit_to_budget(text, {"rejected_arguments": "x"}, budget, count_tokens)
+        lines = cut.splitlines()
+        assert lines[0] == text.splitlines()[0] and lines[-1] == text.splitlines()[-1]
+        assert lines[2] == 'Rejected arguments: {"max_price": -1, …}.'
+        assert problem["rejected_arguments"] == '{"max_price": -1, …}'

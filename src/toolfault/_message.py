@@ -7,6 +7,7 @@ the docs generator and the lint all render through it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -341,8 +342,10 @@ def render_terminal(
 
 
 #: Labels of the lines a message may cut, most expendable first, and their problem fields.
-_CUTTABLE = (("Rejected arguments: ", "rejected_arguments"), ("Reason: ", "detail"),
-             ("Next action: ", "next_action"))
+#: The first line (the code) and the next action are never cut: they are the instruction.
+_CUTTABLE = (("Rejected arguments: ", "rejected_arguments"), ("Reason: ", "detail"))
+#: Past this many times the budget (an absurd tool name or verdict), every line is cut.
+_ABSURD = 2
 ELLIPSIS = "…"
 
 
@@ -393,17 +396,25 @@ def fit_and_count(text: str, problem: dict[str, Any], budget: int,
 
 def _cut(text: str, problem: dict[str, Any], budget: int,
          count: Callable[[str], int]) -> tuple[str, dict[str, Any]]:
+    """Cut the rejected arguments (keeping the ones the reason or the next action names),
+    then the reason; the code and the next action stay whole (the message may then stay a
+    little over budget: the instruction matters more than its size)."""
     lines = text.split("\n")
     problem = dict(problem)
+    named = " ".join(line for line in lines if line.startswith(("Reason: ", "Next action: ")))
     for label, field in _CUTTABLE:
         index = next((i for i, line in enumerate(lines) if line.startswith(label)), None)
         if index is None:
             continue
         body = lines[index][len(label):].rstrip(".")
+        keep = field == "rejected_arguments" and _names_any(body, named)
+        if keep:  # the arguments the words are about stay, whole: the rest goes
+            body = _named_only(body, named)
         others = count("\n".join(lines[:index] + lines[index + 1:]))
         room = budget - others - count(label) - 1
         for _ in range(3):  # token counts of joined lines differ a little from the parts
-            new = ELLIPSIS if room <= 0 else shorten(body, _within(count, room, "."))
+            new = body if keep else \
+                ELLIPSIS if room <= 0 else shorten(body, _within(count, room, "."))
             lines[index] = f"{label}{new}."
             over = count("\n".join(lines)) - budget
             if over <= 0 or room <= 0:
@@ -414,11 +425,39 @@ def _cut(text: str, problem: dict[str, Any], budget: int,
         if count("\n".join(lines)) <= budget:
             break
     text = "\n".join(lines)
-    if count(text) > budget:  # a very long tool name or verdict: cut every line
+    if count(text) > _ABSURD * budget:  # a very long tool name or verdict: cut every line
         per = max(4, budget // max(1, len(lines)))
         lines = [shorten(line, _within(count, per, "")) for line in lines]
         text = "\n".join(line if line.endswith(".") else line + "." for line in lines)
     return text, problem
+
+
+def _names_any(args_text: str, named: str) -> bool:
+    """Whether ``named`` mentions a key of the echoed arguments."""
+    try:
+        args = json.loads(args_text)
+    except ValueError:
+        return False
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", named))
+    return isinstance(args, dict) and any(k in words for k in args)
+
+
+def _named_only(args_text: str, named: str) -> str:
+    """The echoed arguments with only the keys ``named`` mentions, in the order sent, and an
+    ellipsis for the rest (``{"max_price": -1, …}``); as they are when none is named."""
+    try:
+        args = json.loads(args_text)
+    except ValueError:
+        return args_text
+    if not isinstance(args, dict):
+        return args_text
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", named))
+    kept = {k: v for k, v in args.items() if k in words}
+    if not kept or len(kept) == len(args):
+        return args_text
+    inner = ", ".join(f"{json.dumps(k, ensure_ascii=False)}: "
+                      f"{json.dumps(v, ensure_ascii=False)}" for k, v in kept.items())
+    return f"{{{inner}, {ELLIPSIS}}}"
 
 
 def _within(count: Callable[[str], int], room: int, tail: str) -> Callable[[str], bool]:

