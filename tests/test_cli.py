@@ -205,3 +205,26 @@ def test_unreadable_and_unwritable_files_are_named(tmp_path: Path,
                                                f"permission denied")
     assert main(["bench", "--quick", "--report", str(tmp_path / "r.html")]) == 2
     assert "permission denied in" in capsys.readouterr().err
+
+
+def test_a_verb_without_the_cli_extra_says_what_to_install() -> None:
+    """Without rich (the ``cli`` extra), the verbs that print with it answer with the pip
+    command in one line and exit 2; ``docs`` needs nothing more and still works."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; sys.modules['rich'] = None\n"
+             "from toolfault._cli import main\n"
+             "sys.exit(main(sys.argv[1:]))\n")
+    for verb in ("demo", "bench", "lint", "report"):
+        done = subprocess.run([sys.executable, "-c", probe, verb, *(["x"] if verb == "report"
+                                                                    else [])],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (f"toolfault {verb}: error: {verb} needs rich, which the "
+                                       "library does not: pip install 'toolfault[cli]'")
+    reference = Path(__file__).parent.parent / "docs" / "errors.md"
+    docs = subprocess.run([sys.executable, "-c", probe, "docs", "--check", "-o",
+                           str(reference)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert docs.returncode == 0, docs.stderr

@@ -264,6 +264,28 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+#: Verbs that print with rich (the ``cli`` extra); ``docs`` and ``proxy`` need nothing more.
+_NEEDS_CLI_EXTRA = frozenset({"lint", "bench", "report", "calibrate", "demo"})
+
+
+def _missing_cli_extra(verb: str) -> str | None:
+    """What to install when ``verb`` needs the ``cli`` extra and it is missing."""
+    if verb not in _NEEDS_CLI_EXTRA:
+        return None
+    import importlib
+
+    missing = []
+    for name in ("rich", "tenacity"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if not missing:
+        return None
+    return (f"{verb} needs {' and '.join(missing)}, which the library does not: "
+            "pip install 'toolfault[cli]'")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``toolfault`` command."""
     parser = _parser()
@@ -271,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if problem := _missing_cli_extra(args.command):
+        error(args.command, problem)
+        return 2
     try:
         return _run(args, parser)
     except KeyboardInterrupt:
