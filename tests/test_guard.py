@@ -14,6 +14,7 @@ from pydantic import Field
 
 from toolfault import (
     Backoff,
+    ConfigurationError,
     FailureClass,
     Guard,
     IncidentKind,
@@ -878,3 +879,26 @@ def test_run_tool_calls_answers_malformed_items_with_invalid_call() -> None:
     assert [r.code for r in guard.run_tool_calls(None)] == ["invalid_call"]  # type: ignore[arg-type]
     assert [r.code for r in asyncio.run(guard.arun_tool_calls([42, ("add", {"a": 1, "b": 1})]))
             ] == ["invalid_call", None]
+
+
+def test_a_tool_spec_is_frozen_and_a_changed_copy_takes_effect() -> None:
+    """Assigning to a spec raises (a silently ignored timeout was a bug); a changed copy given
+    to add_spec replaces the tool, and its derived settings follow it."""
+    import dataclasses
+    import time
+
+    guard = Guard(scan_env_secrets=False, limits=Limits(backoff=Backoff(attempts=1)))
+
+    @guard.tool
+    def slow(x: int) -> int:
+        time.sleep(0.3)
+        return x
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        guard.tools["slow"].timeout = 0.05  # type: ignore[misc]
+    assert guard.tools["slow"].direct
+    guard.add_spec(dataclasses.replace(guard.tools["slow"], timeout=0.05))
+    assert not guard.tools["slow"].direct
+    assert guard.call("slow", {"x": 1}).code == "timeout"
+    with pytest.raises(ConfigurationError):
+        guard.add_spec("slow")  # type: ignore[arg-type]

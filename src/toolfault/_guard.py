@@ -218,14 +218,19 @@ class Guard:
                 check_with=check_with, retry_limit=retry_limit,
                 error_result=self.error_result if error_result is _UNSET else error_result,
             )
-            if spec.side_effect and spec.idempotency_key is None:
-                spec.idempotency_key = None  # keyed by fingerprint at call time
-            self._tools[spec.name] = spec
+            self.add_spec(spec)
             return func
 
         if fn is not None:
             return register(fn)
         return register
+
+    def add_spec(self, spec: ToolSpec) -> None:
+        """Register a built :class:`ToolSpec` (a changed copy of one, from
+        ``dataclasses.replace``), replacing the tool of that name."""
+        if not isinstance(spec, ToolSpec):
+            raise ConfigurationError("add_spec takes a ToolSpec (see Guard.tool to build one)")
+        self._tools[spec.name] = spec
 
     def register(self, obj: object, *, prefix: str = "", exclude: Iterable[str] = (),
                  **options: Any) -> list[str]:

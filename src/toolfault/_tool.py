@@ -87,9 +87,15 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return description, params
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """Everything the guard knows about one tool."""
+    """Everything the guard knows about one tool.
+
+    Frozen: what is derived from it (whether the fingerprint may wait, whether the tool runs
+    on the caller's thread, its validators) is decided once and can never go stale.  To
+    change a tool, register it again (``guard.tool(...)``), or build a changed copy with
+    ``dataclasses.replace(spec, timeout=0.1)`` and give it to :meth:`Guard.add_spec`.
+    """
 
     name: str
     fn: Callable[..., Any]
@@ -135,15 +141,17 @@ class ToolSpec:
     list_params: tuple[str, ...] = field(init=False, default=(), repr=False)
 
     def __post_init__(self) -> None:
-        self.direct = not (self.is_async or self.timeout is not None
-                           or self.context_param is not None)
-        self.plain = self.direct and not self.side_effect
-        self.fast_validate = getattr(self.validator, "fast_validate", None)
-        if self.plain and not self.normalizers:
-            self.plain_validate = getattr(self.validator, "plain_validate", None)
-            self.plain_validate_json = getattr(self.validator, "plain_validate_json", None)
-            self.list_params = getattr(self.validator, "list_params", ())
-            self.open_validate = getattr(self.validator, "open_validate", None)
+        derive = object.__setattr__  # frozen: derived once, here, from the fields above
+        direct = not (self.is_async or self.timeout is not None
+                      or self.context_param is not None)
+        plain = direct and not self.side_effect
+        derive(self, "direct", direct)
+        derive(self, "plain", plain)
+        derive(self, "fast_validate", getattr(self.validator, "fast_validate", None))
+        if plain and not self.normalizers:
+            for name in ("plain_validate", "plain_validate_json", "open_validate"):
+                derive(self, name, getattr(self.validator, name, None))
+            derive(self, "list_params", getattr(self.validator, "list_params", ()))
 
     @property
     def schema(self) -> dict[str, Any]:
