@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from toolfault import Guard, MemoryStore, Store
+from toolfault import Guard, MemoryStore
 from toolfault.bench._store_overhead import redis_server
-from toolfault.stores import SQLiteStore
+from toolfault.stores import SQLiteStore, Store
 from toolfault.stores._throughput import lookup
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from toolfault import Backoff, Guard, IncidentKind, Limits, Store, ToolError, ToolResult
+from toolfault import Backoff, Guard, IncidentKind, Limits, ToolError, ToolResult
+from toolfault.stores import Store
 
 FAST = Backoff(attempts=1)
 

@@ -126,15 +126,17 @@ def test_a_guard_counts_one_message_once() -> None:
 
 
 def test_resolved_counters_remember_and_keep_their_names() -> None:
-    """'estimate' and 'auto' give remembering counters that reports still name correctly."""
+    """'estimate', 'auto' and 'exact' give remembering counters that reports name correctly;
+    'auto' is the estimate (a guard never loads a vocabulary unless asked)."""
     from toolfault._tokens import resolve_tokenizer, tokenizer_name
 
     estimate = resolve_tokenizer("estimate")
     assert tokenizer_name(estimate) == "estimate"
     assert estimate("a b c") == estimate_tokens("a b c")
-    auto = resolve_tokenizer("auto")
-    assert tokenizer_name(auto) == "cl100k_base"
-    assert auto("search_flights failed (code: invalid_argument).") == 10
+    assert resolve_tokenizer("auto") is estimate
+    exact = resolve_tokenizer("exact")
+    assert tokenizer_name(exact) == "cl100k_base"
+    assert exact("search_flights failed (code: invalid_argument).") == 10
 
 
 def test_fit_and_count_reports_the_tokens_of_the_text_it_returns() -> None:

@@ -29,55 +29,49 @@ from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import Redactor
 from toolfault._result import ToolContext, ToolResult
 from toolfault._returned import default_error_result
-from toolfault._state import (
-    Admission,
-    AdmissionRequest,
-    CallKey,
-    Ceiling,
-    Counter,
-    Counters,
-    KeyLocks,
-    LazyFingerprint,
-    MemoryStore,
-    Records,
-    Store,
-)
 from toolfault._tokens import count_tokens
 from toolfault._tool import Alternative, ToolSpec
 from toolfault._trace import CallEvent, CallObserver, JsonlSink
+from toolfault.stores._memory import MemoryStore
 
 __version__ = "0.1.0"
 
+#: Store protocol types, now in :mod:`toolfault.stores` (kept importable from here).
+_MOVED = frozenset({"Admission", "AdmissionRequest", "CallKey", "Ceiling", "Counter",
+                    "Counters", "KeyLocks", "LazyFingerprint", "Pollers", "Records", "Store"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        import warnings
+
+        from toolfault import stores
+
+        warnings.warn(f"toolfault.{name} moved to toolfault.stores.{name}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(stores, name)
+    raise AttributeError(f"module 'toolfault' has no attribute {name!r}")
+
 __all__ = [
-    "Admission",
-    "AdmissionRequest",
     "Alternative",
     "Backoff",
     "CallEvent",
-    "CallKey",
     "CallObserver",
     "Catalog",
     "CatalogEntry",
     "CatalogError",
-    "Ceiling",
     "ConfigurationError",
-    "Counter",
-    "Counters",
     "FailureClass",
     "Guard",
     "Incident",
     "IncidentKind",
     "JsonlSink",
-    "KeyLocks",
-    "LazyFingerprint",
     "LedgerEntry",
     "Limits",
     "MemoryStore",
     "Outcome",
-    "Records",
     "Redactor",
     "StateUnavailableError",
-    "Store",
     "ToolContext",
     "ToolError",
     "ToolResult",

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 
-_new_request = tuple.__new__
 
 
 class Budgets:
@@ -37,20 +36,20 @@ class Budgets:
 
     def __init__(self, guard: Guard) -> None:
         self._g = guard
-        # Per tool: the limits they were built for, the ceilings and the lease.
-        self._built: dict[str, tuple[Limits, tuple[Ceiling, ...], float]] = {}
+        # Per tool spec (a tool registered again is a new spec): the limits they were built
+        # for, the ceilings and the lease.
+        self._built: dict[int, tuple[ToolSpec, Limits, tuple[Ceiling, ...], float]] = {}
 
     def request(self, spec: ToolSpec, fingerprint: LazyFingerprint) -> AdmissionRequest:
         """The call's request: built from data cached per tool (rebuilt if limits change)."""
         g = self._g
-        built = self._built.get(spec.name)
-        if built is None or built[0] is not g.limits:
-            built = (g.limits, ceilings_for(g.limits, spec),
+        built = self._built.get(id(spec))
+        if built is None or built[0] is not spec or built[1] is not g.limits:
+            built = (spec, g.limits, ceilings_for(g.limits, spec),
                      max(30.0, 4 * (spec.timeout or 30.0)))
-            self._built[spec.name] = built
-        # tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level call.
-        return _new_request(AdmissionRequest, (g.task_id, g._turn, fingerprint, spec.cost,
-                                               built[2], built[1]))
+            self._built[id(spec)] = built
+        return AdmissionRequest(g.task_id, g._turn, fingerprint, spec.cost, lease=built[3],
+                                ceilings=built[2])
 
     def exceeded(self, call: _Call, adm: Admission) -> ToolResult | None:
         """``budget_exceeded`` and an incident (enforce), or a mark in the trace."""

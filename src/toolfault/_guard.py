@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, overload
 
-from toolfault import _call, _trace
+from toolfault import _trace
 from toolfault._batch import IN_ORDER, InOrder, batch_items, unpack_call, unusable_item
 from toolfault._budget import Budgets
 from toolfault._call import _Call, _new_call_id
 from toolfault._catalog import Catalog
+from toolfault._degrading import DegradingStore
 from toolfault._drivers import Workers, run_async, run_sync
 from toolfault._effects import Effects
 from toolfault._emission import Emitter
@@ -39,7 +40,6 @@ from toolfault._redact import LOG_FILTER, Redactor
 from toolfault._result import ToolResult
 from toolfault._returned import default_error_result
 from toolfault._shaping import Shaper
-from toolfault._state import DegradingStore, MemoryStore, Store
 from toolfault._tokens import Tokenizer, resolve_tokenizer
 from toolfault._tool import (
     Alternative,
@@ -48,12 +48,12 @@ from toolfault._tool import (
     ToolSpec,
     build_spec,
 )
+from toolfault.stores._memory import MemoryStore
+from toolfault.stores._protocol import Store
 
 log = logging.getLogger("toolfault")
 log.addHandler(logging.NullHandler())
 log.addFilter(LOG_FILTER)  # the single exit of the log channel: redacted, no traceback
-_monotonic = time.monotonic
-_next_id = _call._ids.__next__
 
 #: Seconds a whole call may take by default, retries, waits and checks included.
 DEFAULT_DEADLINE = 120.0
@@ -323,15 +323,10 @@ class Guard:
         Only ``KeyboardInterrupt`` and ``SystemExit`` propagate; anything else, whatever the
         tool raised or the guard tripped on, comes back as a shaped result.
         """
-        if type(name) is str and call_id is None:  # the common case, inline
-            # ``_new_call_id()``, inline: the head is the module's (renewed after a fork)
-            call = _Call(None, name, args, f"{_call._id_head}{_next_id()}", _monotonic())
-        else:
-            call = _Call(None, "unnamed_tool", args, "", _monotonic())
+        call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
             try:
-                if not call.call_id:
-                    _name_call(call, name, call_id)
+                _name_call(call, name, call_id)
                 result = run_sync(self, call)
             except Exception as exc:  # the guard's own bug, or a BaseException of the tool
                 result = self._shaper.crash(call, exc)
@@ -341,17 +336,7 @@ class Guard:
                 raise
             return self._shaper.last_resort(name, args, call_id, exc)
         finally:
-            request = call.request
-            if call.ticket is not None:
-                self._ladder.finished(call)
-            try:
-                if request is not None and not call.held:  # settle, inline: the common case
-                    call.request = None
-                    self._store.settle(request)
-                elif request is not None or call.held:
-                    self._effects.release(call)
-            except Exception:  # noqa: BLE001, S110 - leases and key TTLs are the backstop
-                pass
+            self._release(call)
 
     async def acall(self, name: str, args: Any = None, *, call_id: str | None = None
                     ) -> ToolResult:

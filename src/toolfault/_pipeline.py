@@ -89,10 +89,7 @@ class Pipeline:
         # needs it (see LazyFingerprint).
         if spec.plain and not spec.normalizers and (
                 call.plain_json or self._validated_plain(call, spec, args) or _plain(args)):
-            deferred: _Deferred = _new_object(_Deferred)  # its slots, set inline
-            deferred._value, deferred._spec, deferred._args, deferred._sorted = \
-                None, spec, args, call.sorted_args
-            fp: LazyFingerprint = deferred
+            fp: LazyFingerprint = _Deferred(spec, args, in_order=call.sorted_args)
         else:
             problem = self.resolve_fp(call)
             if problem is not None:
@@ -148,16 +145,9 @@ class Pipeline:
 
     def returned(self, call: _Call, value: Any) -> ToolResult:
         """The first attempt returned: a result, or a returned error (final: not retried)."""
-        spec = call.spec
-        assert spec is not None
-        detector = spec.error_result  # ``_returned_error``, inline: once per success
-        if detector is not None:
-            try:
-                reason = detector(value)
-            except Exception:  # noqa: BLE001 - a broken detector: the value stands
-                reason = None
-            if reason:
-                return self._finish(call, self._returned_failure(reason, value))
+        failure = self._returned_error(call, value)
+        if failure is not None:
+            return self._finish(call, failure)
         return self._succeeded(call, value)
 
     def raised(self, call: _Call, exc: Exception) -> Steps:
@@ -572,13 +562,14 @@ class _Deferred(LazyFingerprint):
     per call instead of a lazy fingerprint around a closure)."""
 
     __slots__ = ("_args", "_sorted", "_spec")
-    _spec: ToolSpec
-    _args: dict[str, Any]
-    #: ``_args`` has its keys in sorted order already.
-    _sorted: bool
 
-    # No __init__: :meth:`Pipeline.admit` builds one with ``object.__new__`` and sets
-    # its slots itself (a Python frame less on every call).
+    def __init__(self, spec: ToolSpec, args: dict[str, Any], *, in_order: bool) -> None:
+        self._value: str | None = None
+        self._compute = None
+        self._spec = spec
+        self._args = args
+        #: ``args`` has its keys in sorted order already.
+        self._sorted = in_order
 
     def __call__(self) -> str:
         """The fingerprint: the arguments are JSON's own types (parsed from JSON text,
@@ -599,7 +590,6 @@ class _Deferred(LazyFingerprint):
 
 
 _SCALARS = (int, bool, type(None))
-_new_object = object.__new__
 
 
 def _lazy_json(text: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import sys
 import re
 import tempfile
 from collections.abc import Callable
@@ -185,17 +184,16 @@ def token_counter_name() -> str:
 def resolve_tokenizer(tokenizer: Tokenizer) -> Callable[[str], int]:
     """The counter a guard uses, loaded now (at construction), never during a call.
 
-    ``"auto"`` (the default) is exact when the process already imported a cl100k_base
-    tokenizer (``bpe_openai`` or ``tiktoken``: the application pays for it, not the guard)
-    and the calibrated estimate otherwise, so a guard is built in milliseconds; ``"exact"``
-    loads the vocabulary here (once per process, a second or more) and refuses when it is
-    missing; ``"estimate"`` needs nothing.  Nothing is ever loaded during a call.
+    ``"auto"`` (the default) and ``"estimate"`` are the calibrated estimate: a guard is built
+    in microseconds and counts the same whatever else the process loaded; ``"exact"`` loads
+    the cl100k_base vocabulary here (``toolfault[tokens]``; once per process, a second or
+    more) and refuses when it is missing; a callable is yours (an encoding your application
+    already loaded: ``lambda text: len(enc.encode(text))``).  Nothing is loaded during a call.
     """
     if callable(tokenizer):
         return tokenizer
     if tokenizer == "auto":
-        loaded = "bpe_openai" in sys.modules or "tiktoken" in sys.modules
-        return (_tiktoken_counter() if loaded else None) or estimate_remembering
+        return estimate_remembering
     if tokenizer == "estimate":
         return estimate_remembering
     if tokenizer == "exact":

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolfault import Backoff, Guard, Limits, MemoryStore, Store
+from toolfault import Backoff, Guard, Limits, MemoryStore
+from toolfault.stores import Store
 
 FAST = Backoff(attempts=3, initial=0.001, maximum=0.01, jitter=0.0)
 TOOL_TIMEOUT = 0.02

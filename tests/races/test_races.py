@@ -22,7 +22,8 @@ from _harness import (
 )
 from _redis_server import RedisServer, start_redis, start_redis_on
 
-from toolfault import MemoryStore, Store
+from toolfault import MemoryStore
+from toolfault.stores import Store
 
 TRIALS = 200
 

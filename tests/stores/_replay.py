@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from toolfault import Guard, Store
+from toolfault import Guard
+from toolfault.stores import Store
 
 
 def assert_replay_is_answered_from_the_ledger(store: Store) -> None:

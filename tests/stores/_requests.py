@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from toolfault import AdmissionRequest, CallKey, Ceiling, Counter
 from toolfault._admission import LazyFingerprint
+from toolfault.stores import AdmissionRequest, CallKey, Ceiling, Counter
 
 
 def request(key: CallKey, *, cost: float = 0.0, max_calls: int | None = None,

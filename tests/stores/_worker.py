@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolfault import Guard, Store
+from toolfault import Guard
+from toolfault.stores import Store
 
 
 def open_store(kind: str, target: str, prefix: str) -> Store:
@@ -132,10 +133,10 @@ def hammer(target: str, threads: int, seconds: float) -> list[dict[str, Any]]:
     back to local counting, and how many steps ran."""
     import threading
 
-    from toolfault import AdmissionRequest, CallKey, Ceiling, Counter, LedgerEntry, Outcome
+    from toolfault import LedgerEntry, Outcome
     from toolfault._admission import LazyFingerprint
-    from toolfault._state import DegradingStore
-    from toolfault.stores import SQLiteStore
+    from toolfault._degrading import DegradingStore
+    from toolfault.stores import AdmissionRequest, CallKey, Ceiling, Counter, SQLiteStore
 
     degraded: list[str] = []
     done: list[int] = []

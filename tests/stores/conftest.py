@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from _redis_server import RedisServer, start_redis
 
-from toolfault import MemoryStore, Store
+from toolfault import MemoryStore
+from toolfault.stores import Store
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from toolfault import Guard, Incident, IncidentKind, LedgerEntry, MemoryStore, Outcome
-from toolfault._state import DegradingStore
+from toolfault._degrading import DegradingStore
 
 
 def _held(store: MemoryStore) -> dict[tuple[str, str], tuple[float, str]]:
@@ -425,7 +425,7 @@ def test_a_renewal_hung_on_the_store_does_not_hold_up_the_exit() -> None:
     code = textwrap.dedent("""
         import time
         from toolfault import MemoryStore
-        from toolfault._state import DegradingStore
+        from toolfault._degrading import DegradingStore
 
         class Hung(MemoryStore):
             def extend(self, *args):

@@ -7,10 +7,10 @@ import tracemalloc
 
 import pytest
 
-from toolfault import AdmissionRequest, Ceiling, Counter, Guard, MemoryStore, Outcome
-from toolfault._admission import LazyFingerprint
+from toolfault import Guard, MemoryStore, Outcome
+from toolfault._admission import CallKey, LazyFingerprint
 from toolfault._records import LedgerEntry
-from toolfault._state import CallKey
+from toolfault.stores import AdmissionRequest, Ceiling, Counter
 
 
 def _request(task: str, turn: int, fp: str = "fp") -> AdmissionRequest:

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from toolfault import AdmissionRequest, CallKey, Ceiling, Counter, MemoryStore
+from toolfault import MemoryStore
 from toolfault._admission import LazyFingerprint
+from toolfault.stores import AdmissionRequest, CallKey, Ceiling, Counter
 
 
 class Thunk:
@@ -138,7 +139,7 @@ def _unusable() -> str:
 def test_an_unusable_fingerprint_fails_only_its_own_call() -> None:
     """A lone call whose fingerprint raises does not break the next call of its turn, and a
     caller's own fingerprint error reaches that caller without degrading the store."""
-    from toolfault._state import DegradingStore
+    from toolfault._degrading import DegradingStore
 
     store = DegradingStore(MemoryStore())
     broken = AdmissionRequest("t", 0, LazyFingerprint(_unusable), 0.0, 30.0, ())

@@ -23,8 +23,8 @@ from _redis_server import RedisServer, free_port
 from _replay import assert_replay_is_answered_from_the_ledger
 from _requests import request
 
-from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
-from toolfault.stores import RedisStore
+from toolfault import Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
+from toolfault.stores import CallKey, RedisStore
 
 pytestmark = pytest.mark.redis
 

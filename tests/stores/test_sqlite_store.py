@@ -18,8 +18,8 @@ import pytest
 from _replay import assert_replay_is_answered_from_the_ledger
 from _requests import request
 
-from toolfault import CallKey, Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
-from toolfault.stores import SQLiteStore
+from toolfault import Guard, Incident, IncidentKind, LedgerEntry, Limits, Outcome
+from toolfault.stores import CallKey, SQLiteStore
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -109,7 +109,7 @@ def test_processes_share_one_spend_ceiling(tmp_path: Path) -> None:
     SQLiteStore(db).close()
     script = textwrap.dedent(f"""
         import sys
-        from toolfault import CallKey, Ceiling, Counter, AdmissionRequest
+        from toolfault.stores import CallKey, Ceiling, Counter, AdmissionRequest
         from toolfault._admission import LazyFingerprint
         from toolfault.stores import SQLiteStore
         store = SQLiteStore({str(db)!r})

@@ -14,19 +14,9 @@ from typing import Any
 import _requests
 import pytest
 
-from toolfault import (
-    Admission,
-    AdmissionRequest,
-    CallKey,
-    Ceiling,
-    Counter,
-    Incident,
-    IncidentKind,
-    LedgerEntry,
-    Outcome,
-    Store,
-)
+from toolfault import Incident, IncidentKind, LedgerEntry, Outcome
 from toolfault._admission import LazyFingerprint
+from toolfault.stores import Admission, AdmissionRequest, CallKey, Ceiling, Counter, Store
 
 K = CallKey("task-a", 0, "fp-1")
 

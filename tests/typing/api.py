@@ -40,8 +40,7 @@ async def use_async() -> ToolResult:
 
 
 def stores() -> None:
-    from toolfault import Store
-    from toolfault.stores import RedisStore, SQLiteStore
+    from toolfault.stores import RedisStore, SQLiteStore, Store
 
     durable: Store = SQLiteStore("state.db")
     shared: Store = RedisStore("redis://127.0.0.1:6379/0")
@@ -50,7 +49,7 @@ def stores() -> None:
 
 
 def admission() -> None:
-    from toolfault import (
+    from toolfault.stores import (
         Admission,
         AdmissionRequest,
         Ceiling,

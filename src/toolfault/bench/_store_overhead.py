@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from toolfault._admission import AdmissionRequest, Ceiling, Counter, LazyFingerprint
+from toolfault._admission import AdmissionRequest, CallKey, Ceiling, Counter, LazyFingerprint
 from toolfault._errors import Outcome
 from toolfault._records import Incident, IncidentKind, LedgerEntry
-from toolfault._state import CallKey, MemoryStore, Store
+from toolfault.stores._memory import MemoryStore
+from toolfault.stores._protocol import Store
 
 #: Targets, from the issue: one round trip (Redis) and one write transaction (SQLite) per
 #: successful call; ledger lookups O(1) in ledger size (20,000 entries within 2x of 10);

@@ -38,8 +38,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "RedisStore needs redis-py: pip install 'toolfault[redis]'"
     ) from exc
 
+from toolfault._admission import Admission, AdmissionRequest, CallKey
 from toolfault._records import Incident, LedgerEntry
-from toolfault._state import Admission, AdmissionRequest, CallKey
 from toolfault.stores._deferred import DeferredSettles
 
 # KEYS: failure record, calls in turn, task spend, reservations (zset: token -> expiry ms),

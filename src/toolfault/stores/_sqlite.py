@@ -31,10 +31,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Literal
 
+from toolfault._admission import Admission, AdmissionRequest, CallKey
 from toolfault._forking import renew_locks_after_fork
 from toolfault._records import Incident, LedgerEntry
-from toolfault._state import SPEND_EPSILON, Admission, AdmissionRequest, CallKey, ceilings_of
 from toolfault.stores._deferred import DeferredSettles
+from toolfault.stores._protocol import SPEND_EPSILON, ceilings_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS failures (

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from toolfault._guard import Guard
-from toolfault._state import MemoryStore, Store
+from toolfault.stores._memory import MemoryStore
+from toolfault.stores._protocol import Store
 
 
 def lookup(city: str) -> str:

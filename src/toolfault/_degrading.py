@@ -1,0 +1,437 @@
+"""A store outage never crashes the agent loop: the degrading wrappers.
+
+:class:`DegradingStore` wraps whichever store is configured: on an error it falls back to a
+local :class:`~toolfault.stores.MemoryStore` (``policy="open"``) or refuses with
+``state_unavailable`` (``policy="closed"``), and writes back what the outage recorded
+locally when the store answers again.  Composed of :class:`DegradingCounters`,
+:class:`DegradingKeyLocks` and :class:`DegradingRecords` over one shared outage state.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from toolfault._admission import (
+    Admission,
+    AdmissionRequest,
+    CallKey,
+)
+from toolfault._errors import StateUnavailableError
+from toolfault._forking import renew_locks_after_fork
+from toolfault._keykeeper import KeyKeeper
+from toolfault._records import Incident, IncidentKind, LedgerEntry
+from toolfault.stores._memory import MemoryStore
+from toolfault.stores._protocol import Counters, KeyLocks, Records, Store
+
+log = logging.getLogger("toolfault")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Outage:
+    """The outage state the three degrading wrappers share: one primary, one fallback.
+
+    ``policy="open"``: on a store error, fall back to the local :class:`MemoryStore` and try
+    the primary again after ``retry_after`` seconds.  ``policy="closed"``: raise
+    :class:`StateUnavailableError`.  ``on_degrade`` is told once per outage.
+    """
+
+    def __init__(self, primary: Store, fallback: MemoryStore, *, policy: str,
+                 retry_after: float, on_degrade: Callable[[BaseException], None] | None
+                 ) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.policy = policy
+        self.retry_after = retry_after
+        self.down_since: float | None = None
+        self.on_degrade = on_degrade
+        self._lock = threading.Lock()
+        self._recovering = threading.Lock()
+        #: The primary takes holders (the current :class:`KeyLocks` protocol).
+        self.holders = _takes_holders(primary)
+        renew_locks_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the key keeper's thread may have been writing back (holding
+        ``_recovering``) at the fork; that thread does not exist here."""
+        self._lock = threading.Lock()
+        self._recovering = threading.Lock()
+
+    def acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """Claim a key on the primary, with its holder where the primary takes one."""
+        if self.holders:
+            return self.primary.acquire(task, token, ttl, holder)
+        return self.primary.acquire(task, token, ttl)
+
+    def run(self, on_primary: Callable[_P, _R], on_fallback: Callable[_P, _R],
+            *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``on_primary`` while it answers; ``on_fallback`` (or a raise) during an outage."""
+        if self.down_since is not None and not self._back():
+            if self.policy == "closed":
+                raise StateUnavailableError("the state store is unavailable")
+            return on_fallback(*args, **kwargs)
+        try:
+            return on_primary(*args, **kwargs)
+        except Exception as exc:
+            self.degrade(exc)
+            return on_fallback(*args, **kwargs)
+
+    def _back(self) -> bool:
+        down = self.down_since
+        return down is None or (time.monotonic() - down >= self.retry_after and self.recover())
+
+    def degrade(self, exc: BaseException) -> None:
+        """Mark the primary down (told once per outage); raise when failing closed."""
+        with self._lock:
+            first = self.down_since is None
+            self.down_since = time.monotonic()
+        if first and self.on_degrade is not None:
+            self.on_degrade(exc)
+        if self.policy == "closed":
+            raise StateUnavailableError("the state store is unavailable") from exc
+
+    def recover(self) -> bool:
+        """Back from an outage: first write what was kept locally into the primary.
+
+        Ledger entries and live idempotency keys recorded in the fallback during the outage
+        go to the shared store before it serves anything else, so a pending effect recorded
+        only here is seen by every worker before any of them dispatches that key again; the
+        incidents (the outage's own ``state_degraded`` first) follow, so the degradation is
+        reported where every worker and operator looks, not only in this process.  False
+        (still down, nothing lost) when the primary fails meanwhile.
+        """
+        with self._recovering:
+            if self.down_since is None:
+                return True
+            entries, held, incidents = self.fallback.drain()
+            try:
+                self._write_back(entries, held, incidents)
+            except Exception:
+                for entry in entries:
+                    self.fallback.put_ledger(entry)
+                for task, token, left, holder in held:
+                    self.fallback.acquire(task, token, left, holder)
+                for incident in incidents:
+                    self.fallback.add_incident(incident)
+                with self._lock:
+                    self.down_since = time.monotonic()
+                return False
+            with self._lock:
+                self.down_since = None
+            # What a racing thread wrote locally while this ran: moved over as well.
+            late = self.fallback.drain()
+            _quietly(self._write_back, *late)
+            return True
+
+    def _write_back(self, entries: list[LedgerEntry],
+                    held: list[tuple[str, str, float, str]], incidents: list[Incident]) -> None:
+        primary = self.primary
+        for task, token, left, holder in held:
+            if not self.acquire_primary(task, token, max(left, 0.001), holder) \
+                    and self.holders:  # (the earlier protocol: a repeat claim looks the same)
+                # Another worker claimed the key in the shared store while this one held it
+                # locally: both may dispatch the same action.  Reported, not ignored.
+                log.warning("toolfault: an idempotency key held during the outage was "
+                            "claimed by another worker meanwhile")
+                incidents.insert(0, Incident(
+                    IncidentKind.KEY_CONFLICT, "*", "effect_unknown",
+                    "an idempotency key held locally during a store outage was claimed by "
+                    "another worker meanwhile; the action may have run twice", task, 0))
+        for entry in sorted(entries, key=lambda e: e.at):
+            primary.put_ledger(entry)
+        for incident in incidents:
+            primary.add_incident(incident)
+
+
+class DegradingCounters:
+    """:class:`Counters` of the primary, or of the fallback during an outage."""
+
+    def __init__(self, outage: _Outage) -> None:
+        self._outage = outage
+        self._primary: Counters = outage.primary
+        self._fallback = outage.fallback
+
+    def admit(self, request: AdmissionRequest) -> Admission:
+        outage = self._outage
+        if outage.down_since is None:  # the hot path: one direct call
+            try:
+                return self._primary.admit(request)
+            except Exception as exc:
+                if not request.fingerprint.resolved:
+                    raise  # the call's fingerprint failed: the caller's error, not an outage
+                outage.degrade(exc)
+                return self._fallback.admit(request)
+        return outage.run(self._primary.admit, self._fallback.admit, request)
+
+    def settle(self, request: AdmissionRequest) -> None:
+        """Drop the reservation; one taken on the primary before an outage expires there."""
+        outage = self._outage
+        if outage.down_since is None:
+            try:
+                self._primary.settle(request)
+            except Exception as exc:  # the reservation expires with its lease
+                _quietly(outage.degrade, exc)
+            return
+        self._fallback.settle(request)
+
+    def record_failure(self, key: CallKey, code: str, limit: int) -> int:
+        return self._outage.run(self._primary.record_failure, self._fallback.record_failure,
+                                key, code, limit)
+
+    def clear_failures(self, key: CallKey) -> None:
+        self._outage.run(self._primary.clear_failures, self._fallback.clear_failures, key)
+
+    def refund(self, task: str, cost: float) -> None:
+        self._outage.run(self._primary.refund, self._fallback.refund, task, cost)
+
+
+class DegradingKeyLocks:
+    """:class:`KeyLocks` of the primary, or of the fallback during an outage.
+
+    Every key it grants is kept by a :class:`KeyKeeper` until released: extended while its
+    holder runs, wherever it lives now (the fallback during an outage).  A primary written
+    to the earlier protocol (``acquire``/``release`` without ``holder``, no ``extend``) is
+    called the earlier way: its keys are neither holder-checked nor extended.
+    """
+
+    def __init__(self, outage: _Outage) -> None:
+        self._outage = outage
+        self._primary: KeyLocks = outage.primary
+        self._fallback = outage.fallback
+        self.keeper = KeyKeeper(self.extend)
+        if not outage.holders:
+            warnings.warn(
+                f"{type(outage.primary).__name__} implements the earlier KeyLocks protocol: "
+                "add holder= to acquire and release, and extend(), so a late release cannot "
+                "free a key another worker holds", DeprecationWarning, stacklevel=4)
+
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
+        outage = self._outage
+        got = outage.run(self._acquire_primary, self._fallback.acquire, task, token, ttl, holder)
+        if got and holder:
+            self.keeper.hold(task, token, holder, ttl)
+        return got
+
+    def release(self, task: str, token: str, holder: str = "") -> None:
+        if holder:
+            self.keeper.drop(task, token, holder)
+        self._outage.run(self._release_primary, self._fallback.release, task, token, holder)
+
+    def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        return self._outage.run(self._extend_primary, self._extend_fallback,
+                                task, token, ttl, holder)
+
+    def _extend_fallback(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """During an outage a renewal claims the key locally for its holder (one claimed on
+        the primary before the outage is not here yet): written back on recovery, where a
+        claim by another worker meanwhile is reported as a ``key_conflict``."""
+        return self._fallback.acquire(task, token, ttl, holder)
+
+    def _acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        return self._outage.acquire_primary(task, token, ttl, holder)
+
+    def _release_primary(self, task: str, token: str, holder: str) -> None:
+        if self._outage.holders:
+            self._primary.release(task, token, holder)
+        else:
+            self._primary.release(task, token)
+
+    def _extend_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        if self._outage.holders:
+            return self._primary.extend(task, token, ttl, holder)
+        return True  # the earlier protocol cannot extend: the key's own TTL decides
+
+
+def _takes_holders(store: object) -> bool:
+    """Whether ``store`` implements the current :class:`KeyLocks` protocol (``holder`` on
+    ``acquire`` and ``release``, and ``extend``)."""
+    try:
+        acquire = inspect.signature(store.acquire)  # type: ignore[attr-defined]
+        release = inspect.signature(store.release)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    def takes(sig: inspect.Signature) -> bool:  # by name, or a wrapper's **kwargs
+        return "holder" in sig.parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+
+    return takes(acquire) and takes(release) and callable(getattr(store, "extend", None))
+
+
+class DegradingRecords:
+    """:class:`Records` of the primary, with what an outage left locally read first.
+
+    A primary written to an earlier protocol (no ``ledger_entry`` / ``ledger_call`` /
+    ``swap_ledger``) is served by scanning its ledger: slower, never wrong.
+    """
+
+    def __init__(self, outage: _Outage) -> None:
+        self._outage = outage
+        self._primary: Records = outage.primary
+        self._fallback = outage.fallback
+        self._keyed = all(callable(getattr(outage.primary, name, None))
+                          for name in ("ledger_entry", "ledger_call", "swap_ledger"))
+
+    def put_ledger(self, entry: LedgerEntry) -> None:
+        self._outage.run(self._primary.put_ledger, self._fallback.put_ledger, entry)
+
+    def ledger(self, task: str) -> list[LedgerEntry]:
+        return self._outage.run(self._primary.ledger, self._fallback.ledger, task)
+
+    def ledger_entry(self, task: str, idempotency_key: str) -> LedgerEntry | None:
+        local = self._fallback.ledger_entry(task, idempotency_key)
+        if local is not None:  # recorded during an outage, not yet moved over
+            return local
+        if not self._keyed:
+            found = [e for e in self.ledger(task) if e.idempotency_key == idempotency_key]
+            return found[-1] if found else None
+        return self._outage.run(self._primary.ledger_entry, self._fallback.ledger_entry,
+                                task, idempotency_key)
+
+    def ledger_call(self, task: str, call_id: str) -> LedgerEntry | None:
+        local = self._fallback.ledger_call(task, call_id)
+        if local is not None:
+            return local
+        if not self._keyed:
+            return next((e for e in self.ledger(task) if e.call_id == call_id), None)
+        return self._outage.run(self._primary.ledger_call, self._fallback.ledger_call,
+                                task, call_id)
+
+    def swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        if self._fallback.has_entry(entry.task, entry.call_id):
+            return self._fallback.swap_ledger(entry, expected)
+        if not self._keyed:  # best effort: read, compare, write
+            if self.ledger_call(entry.task, entry.call_id) != expected:
+                return False
+            self.put_ledger(entry)
+            return True
+        return self._outage.run(self._primary.swap_ledger, self._fallback.swap_ledger,
+                                entry, expected)
+
+    def mark_poller(self, fingerprint: str) -> None:
+        self._fallback.mark_poller(fingerprint)
+        mark = getattr(self._primary, "mark_poller", None)
+        if callable(mark):
+            self._outage.run(mark, self._fallback.mark_poller, fingerprint)
+
+    def is_poller(self, fingerprint: str) -> bool:
+        if self._fallback.is_poller(fingerprint):
+            return True
+        check = getattr(self._primary, "is_poller", None)
+        if not callable(check):
+            return False
+        return bool(self._outage.run(check, self._fallback.is_poller, fingerprint))
+
+    def add_incident(self, incident: Incident) -> None:
+        try:
+            self._outage.run(self._primary.add_incident, self._fallback.add_incident, incident)
+        except StateUnavailableError:
+            self._fallback.add_incident(incident)
+
+    def incidents(self, task: str) -> list[Incident]:
+        try:
+            found = self._outage.run(self._primary.incidents, _no_incidents, task)
+        except StateUnavailableError:
+            found = []
+        seen = {(i.kind, i.at, i.tool) for i in found}
+        return found + [i for i in self._fallback.incidents(task)
+                        if (i.kind, i.at, i.tool) not in seen]
+
+
+def _no_incidents(task: str) -> list[Incident]:
+    """During an outage the primary's incidents are unknown; the fallback's are added."""
+    return []
+
+
+class DegradingStore:
+    """Wraps the configured store so an outage never crashes the agent loop.
+
+    Composes :class:`DegradingCounters`, :class:`DegradingKeyLocks` and
+    :class:`DegradingRecords` over one shared outage state, and exposes their methods under
+    the :class:`Store` names.  ``policy="open"``: on a store error, fall back to a local
+    :class:`MemoryStore` (counting goes on, per process) and try the primary again after
+    ``retry_after`` seconds; what the outage recorded locally (ledger, held keys, incidents)
+    is written back first.  ``policy="closed"``: raise :class:`StateUnavailableError`, which
+    the guard turns into a ``state_unavailable`` message.  ``on_degrade`` is told once per
+    outage.
+    """
+
+    def __init__(
+        self,
+        primary: Store,
+        *,
+        policy: str = "open",
+        retry_after: float = 5.0,
+        on_degrade: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        if policy not in ("open", "closed"):
+            from toolfault._errors import ConfigurationError
+
+            raise ConfigurationError("state_failure must be 'open' or 'closed'")
+        self.primary = primary
+        self.fallback = MemoryStore()
+        self._outage = _Outage(primary, self.fallback, policy=policy, retry_after=retry_after,
+                               on_degrade=on_degrade)
+        self.counters = DegradingCounters(self._outage)
+        self.key_locks = DegradingKeyLocks(self._outage)
+        self.records = DegradingRecords(self._outage)
+        counters, locks, records = self.counters, self.key_locks, self.records
+        # The Store surface, bound once (no per-call dispatch).
+        self.admit = counters.admit
+        self.settle = counters.settle
+        if type(primary) is MemoryStore:  # in-process: it has no outage to survive
+            self.admit, self.settle = primary.admit, primary.settle
+        self.record_failure = counters.record_failure
+        self.clear_failures = counters.clear_failures
+        self.refund = counters.refund
+        self.acquire = locks.acquire
+        self.release = locks.release
+        self.extend = locks.extend
+        self.put_ledger = records.put_ledger
+        self.ledger = records.ledger
+        self.ledger_entry = records.ledger_entry
+        self.ledger_call = records.ledger_call
+        self.swap_ledger = records.swap_ledger
+        self.add_incident = records.add_incident
+        self.incidents = records.incidents
+        self.mark_poller = records.mark_poller
+        self.is_poller = records.is_poller
+
+    @property
+    def policy(self) -> str:
+        """``"open"`` (count locally during an outage) or ``"closed"`` (refuse)."""
+        return self._outage.policy
+
+    @property
+    def degraded(self) -> bool:
+        """True while calls are being counted locally because the primary is unreachable."""
+        return self._outage.down_since is not None
+
+    @property
+    def _down_since(self) -> float | None:
+        return self._outage.down_since
+
+    @property
+    def _retry_after(self) -> float:
+        return self._outage.retry_after
+
+    @_retry_after.setter
+    def _retry_after(self, seconds: float) -> None:
+        self._outage.retry_after = seconds
+
+    def close(self) -> None:
+        self.key_locks.keeper.close()
+        self.primary.close()
+
+
+def _quietly(op: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
+    try:
+        op(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - best effort; the next recovery or a TTL catches up
+        pass
