@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from toolfault import Guard, Limits, Redactor, ToolError
+from toolfault import Guard, Limits, ToolError
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -334,12 +334,11 @@ def test_a_guards_call_line_is_redacted_field_by_field_and_stays_json(
     sink = JsonlSink(out, redact=redactor.secrets)
     args = {"note": " ".join(note), _SECRET: note, "pin": pin, "nested": {"password": "pw"}}
 
-    class Result:
-        ok, code, outcome, terminal, blocked, attempts = False, None, Outcome.NO_EFFECT, 0, 0, 1
-
-    Result.code = code  # type: ignore[assignment]
-    event = CallEvent._emitted(redactor, tool, call_id, "task", 1, "f" * 64, Result(), True, 0,
-                               "enforce", lambda: redactor.value(args), False, 0.5, None, 1.0)
+    event = CallEvent(tool=tool, call_id=call_id, task="task", turn=1, fingerprint="f" * 64,
+                      ok=False, code=code, outcome=Outcome.NO_EFFECT, terminal=False,
+                      blocked=False, attempts=1, dispatched=True, error_tokens=0,
+                      mode="enforce", args=lambda: redactor.value(args), duration_s=0.5,
+                      at=1.0)
     sink(event)
     line = out.getvalue()
     record = json.loads(line)
@@ -440,30 +439,19 @@ def test_a_success_line_is_json_dumps_of_the_record(
         tool: str, call_id: str, task: str, turn: int, attempts: int, dispatched: bool,
         error_tokens: int, side_effect: bool, shadow: dict[str, int] | None, args: object,
         duration: int, at: int) -> None:
-    """A success's call line, the usual one written from constants included, is exactly
-    json.dumps of its record (ids, numbers and clocks as given)."""
-    from toolfault._result import new_result
-    from toolfault._trace import call_line, micros
+    """A call line is exactly json.dumps of its record (ids, numbers and clocks as given):
+    one renderer, whatever the fields."""
+    from toolfault._errors import Outcome
+    from toolfault._trace import CallEvent
 
-    result = new_result(tool, True, "{}", {}, attempts, call_id, None, "ab" * 32)
-    args_text = json.dumps(args, ensure_ascii=False, default=str)
-    redactor = Redactor(scan_env=False)
-    line = call_line(redactor, tool, call_id, task, turn, "ab" * 32, result,
-                     dispatched, error_tokens, "enforce", args_text, side_effect,
-                     micros(duration), shadow, micros(at))
-    hide = redactor.secrets
-    expected = {
-        "tool": hide(tool), "call_id": hide(call_id), "task": hide(task), "turn": turn,
-        "fingerprint": "ab" * 32,
-        "ok": True, "code": None, "outcome": "none", "terminal": False, "blocked": False,
-        "attempts": attempts, "dispatched": dispatched, "error_tokens": error_tokens,
-        "mode": "enforce", "args": "\0args", "side_effect": side_effect,
-        "duration_s": "\0duration", "shadow": shadow or {}, "at": "\0at", "type": "call"}
-    # Text placeholders (json writes NUL as \u0000, which no generated text spells out).
-    written = json.dumps(expected, ensure_ascii=False).replace(
-        '"\\u0000args"', args_text).replace('"\\u0000duration"', micros(duration)).replace(
-        '"\\u0000at"', micros(at))
-    assert line == written
+    event = CallEvent(tool=tool, call_id=call_id, task=task, turn=turn, fingerprint="ab" * 32,
+                      ok=True, code=None, outcome=Outcome.NO_EFFECT, terminal=False,
+                      blocked=False, attempts=attempts, dispatched=dispatched,
+                      error_tokens=error_tokens, mode="enforce", args=args,
+                      side_effect=side_effect, duration_s=duration / 1e6, shadow=shadow,
+                      at=at / 1e6)
+    assert event.to_jsonl() == json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+    assert json.loads(event.to_jsonl())["args"] == json.loads(json.dumps(args, default=str))
 
 
 def test_a_retried_call_says_how_many_attempts_it_took(exporter: InMemorySpanExporter) -> None:

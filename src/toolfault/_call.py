@@ -109,9 +109,6 @@ class _Call:
     sorted_args: bool = False
     #: The arguments were JSON text the fast parser took whole (see ``_lazy_json``).
     plain_json: bool = False
-    #: The JSON text ``args`` was parsed from, when the fast parser took it whole (the trace
-    #: may write it as sent: see ``_trace.args_json``).
-    sent: str | None = None
 
     def __init__(self, spec: ToolSpec | None, name: str, args: Any, call_id: str,
                  started: float) -> None:

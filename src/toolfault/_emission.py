@@ -55,38 +55,20 @@ class Emitter:
                 return result
 
     def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
-        """Tell the observers; with the guard's own trace sink alone, write its line
-        straight from the call (no event to build, nothing resolved lazily)."""
+        """Tell the observers (the JSONL trace is one): one event, redacted once."""
         g = self._g
-        redactor, observers, sink = g.redactor, g._observers, g._sink
-        args, spec = call.args, call.spec
-        # The clocks to the microsecond, in integers: the line writes them without a float's
-        # repr, and an event carries the same values.
-        at, took = int(now * 1e6), int(duration * 1e6)
-        if sink is not None and len(observers) == 1 and observers[0] is sink \
-                and sink._redactor is redactor:
-            try:
-                sink._redacted_call(_trace.call_line(
-                    redactor, result.tool, result.call_id, g.task_id, g._turn,
-                    result.fingerprint, result, call.dispatched,
-                    0 if result.ok else g.count_tokens(result.text), g.mode,
-                    _trace.args_json(redactor, args, call.sent)
-                    if isinstance(args, dict) else "null",
-                    spec is not None and bool(spec.side_effect), _trace.micros(took),
-                    redactor.value(dict(call.shadow)) if call.shadow else None,
-                    _trace.micros(at)))
-            except Exception:  # noqa: BLE001, S110 - as safe_notify: the call goes on
-                pass
-            return
-        event = _trace.CallEvent._emitted(
-            redactor, result.tool, result.call_id, g.task_id, g._turn,
-            lambda: result.fingerprint, result, call.dispatched,
-            0 if result.ok else g.count_tokens(result.text), g.mode,
-            (lambda: redactor.value(args)) if isinstance(args, dict) else None,
-            spec is not None and bool(spec.side_effect), took / 1e6,
-            redactor.value(dict(call.shadow)) if call.shadow else None, at / 1e6,
-        )
-        _trace.safe_notify(observers, event)
+        redactor, args, spec = g.redactor, call.args, call.spec
+        event = _trace.CallEvent(
+            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g._turn,
+            fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
+            outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
+            attempts=result.attempts, dispatched=call.dispatched,
+            error_tokens=0 if result.ok else g.count_tokens(result.text), mode=g.mode,
+            args=(lambda: redactor.value(args)) if isinstance(args, dict) else None,
+            side_effect=spec is not None and spec.side_effect,
+            duration_s=round(duration, 6), at=round(now, 6),
+            shadow=redactor.value(dict(call.shadow)) if call.shadow else None)
+        _trace.safe_notify(g._observers, event)
 
     def _span(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
         """The call's OpenTelemetry span (content only when the user opted in)."""

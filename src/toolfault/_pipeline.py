@@ -134,7 +134,7 @@ class Pipeline:
             value = kwargs.get(name)
             if value is not None:
                 kwargs[name] = value.copy()
-        call.kwargs, call.validated, call.plain_json, call.sent = kwargs, True, True, text
+        call.kwargs, call.validated, call.plain_json = kwargs, True, True
         call.sorted_args = True  # the twin's fields are in sorted order (see _plain_schema)
         return args
 
@@ -643,7 +643,6 @@ def _parse_json(call: _Call, raw: str | bytes | bytearray) -> Any:
         # surrogates, depth, bad JSON) the standard parser decides and words, as before.
         parsed = _from_json(text, allow_inf_nan=False)
         call.plain_json = _lazy_json(text)
-        call.sent = text
     except ValueError:
         parsed = _parse_json_slowly(call, text)
     if type(parsed) is dict or parsed is NOT_JSON:

@@ -15,17 +15,14 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from toolfault._call import is_own_call_id
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
-from toolfault._jsontext import quote_text as _quote
-from toolfault._redact import Redactor
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -50,7 +47,7 @@ class CallEvent:
     resolved on first read, so an observer that only counts calls costs almost nothing.
     """
 
-    __slots__ = (*(f"_{name}" for name in _FIELDS), "_by")
+    __slots__ = tuple(f"_{name}" for name in _FIELDS)
 
     def __init__(
         self, *, tool: str, call_id: str, task: str, turn: int,
@@ -67,27 +64,6 @@ class CallEvent:
         self._args, self._side_effect, self._duration_s = args, side_effect, duration_s
         self._shadow = shadow if shadow is not None else {}
         self._at = at
-        #: The Redactor that already redacted ``args`` and ``shadow`` (None: nobody said so).
-        self._by: Redactor | None = None
-
-    @classmethod
-    def _emitted(cls, by: Redactor, tool: str, call_id: str, task: str, turn: int,
-                 fingerprint: Any, result: Any, dispatched: bool, error_tokens: int,
-                 mode: str, args: Any, side_effect: bool, duration_s: float,
-                 shadow: dict[str, Any] | None, at: float) -> CallEvent:
-        """An event whose args and shadow ``by`` redacted, built without keyword binding
-        (the emitter's hot path); ``result`` gives ok, code, outcome, terminal, blocked and
-        attempts."""
-        event = cls.__new__(cls)
-        event._tool, event._call_id, event._task, event._turn = tool, call_id, task, turn
-        event._fingerprint, event._ok, event._code = fingerprint, result.ok, result.code
-        event._outcome, event._terminal = result.outcome, result.terminal
-        event._blocked, event._attempts = result.blocked, result.attempts
-        event._dispatched, event._error_tokens = dispatched, error_tokens
-        event._mode, event._args, event._side_effect = mode, args, side_effect
-        event._duration_s, event._at, event._by = duration_s, at, by
-        event._shadow = shadow if shadow is not None else {}
-        return event
 
     def _lazy(self, name: str) -> Any:
         value = getattr(self, f"_{name}")
@@ -141,26 +117,12 @@ class CallEvent:
 
 
     def to_jsonl(self) -> str:
-        """``json.dumps(self.to_dict(), ensure_ascii=False, default=str)``, written straight
-        from the fields: the trace's hot path, with no intermediate dict."""
-        return _line_text(_json(self._tool), _json(self._call_id), _json(self._task),
-                          self._turn, self.fingerprint, self, _json(self._code),
-                          self._dispatched, self._error_tokens, _json(self._mode),
-                          _json(self.args), self._side_effect, _json(self._duration_s),
-                          self._shadow, _json(self._at))
-
-
-    def _redacted_jsonl(self, redactor: Redactor) -> str:
-        """:meth:`to_jsonl` for an event whose args and shadow ``redactor`` already redacted
-        (see :func:`call_line`)."""
-        return call_line(redactor, self._tool, self._call_id, self._task, self._turn,
-                         self.fingerprint, self, self._dispatched, self._error_tokens,
-                         self._mode, _json(self.args), self._side_effect,
-                         _json(self._duration_s), self._shadow, _json(self._at))
+        """The trace's ``call`` line: :meth:`to_dict` as one JSON line (the only renderer)."""
+        return _dumps(self.to_dict())
 
 
 class _Done(Protocol):
-    """What a call line or a span says about how a call ended (a CallEvent or a ToolResult)."""
+    """What a span reads of a finished call (a :class:`~toolfault.ToolResult` is one)."""
 
     @property
     def ok(self) -> bool: ...
@@ -176,114 +138,6 @@ class _Done(Protocol):
     def attempts(self) -> int: ...
 
 
-def call_line(redactor: Redactor, tool: str, call_id: str, task: str, turn: int,
-              fingerprint: str, done: _Done, dispatched: bool, error_tokens: int, mode: str,
-              args: str, side_effect: bool, duration_s: str, shadow: Mapping[str, Any] | None,
-              at: str) -> str:
-    """A call line (what :meth:`CallEvent.to_jsonl` writes) from ``args`` (JSON text) and
-    ``shadow`` already redacted by ``redactor``, its text fields redacted here, one by one;
-    ``duration_s`` and ``at`` are JSON numbers' text.
-
-    Equal to redacting the whole line, without a pass over the line: field names are fixed
-    words, the fingerprint is a hash, the numbers are counters and clocks, and the redactor
-    already checked every string, key and number of the arguments (see :func:`args_json`).
-    """
-    code = None if getattr(done, "failure", False) is None else done.code  # None: a success
-    if type(tool) is str and type(call_id) is str and type(task) is str and type(mode) is str:
-        # Text fields as they come (the usual case): the tool, task and mode as the
-        # redactor remembers them quoted, an id of the guard's own making as it is (neither
-        # a credential shape nor a registered form can be in one: see Redactor.plain_ids).
-        memory = redactor._quoted
-        texts = (memory.get(tool) or redactor.quoted(tool),
-                 f'"{call_id}"' if redactor._plain_ids and is_own_call_id(call_id)
-                 else _quote(redactor.secrets(call_id)),
-                 memory.get(task) or redactor.quoted(task),
-                 memory.get(mode) or redactor.quoted(mode))
-    else:
-        secrets = redactor.secrets
-        texts = _quote(_redacted(tool, secrets)), _quote(_redacted(call_id, secrets)), \
-            _quote(_redacted(task, secrets)), _quote(_redacted(mode, secrets))
-    return _line_text(
-        texts[0], texts[1], texts[2], turn, fingerprint, done,
-        "null" if code is None else _quote(_redacted(code, redactor.secrets)), dispatched,
-        error_tokens, texts[3], args, side_effect, duration_s, shadow, at)
-
-
-#: The fields ``ok`` to ``blocked`` of every success (a result with no failure).
-_SUCCEEDED = '"ok": true, "code": null, "outcome": "none", "terminal": false, "blocked": false'
-
-
-def _line_text(tool: str, call_id: str, task: str, turn: Any, fingerprint: Any, done: _Done,
-               code: str, dispatched: Any, error_tokens: Any, mode: str, args: str,
-               side_effect: Any, duration_s: str, shadow: Mapping[str, Any] | None,
-               at: str) -> str:
-    """The call line from its fields, the text ones (``tool``, ``call_id``, ``task``,
-    ``code``, ``mode``), ``args`` and the clocks given as JSON text already: one f-string
-    instead of an encoder walk over a record (the C encoder spends more on a 20-field dict
-    than the fields cost)."""
-    if getattr(done, "failure", False) is None and done.ok is True:
-        if (done.attempts == 1 and dispatched is True and error_tokens == 0
-                and side_effect is False and not shadow and type(turn) is int
-                and type(fingerprint) is str):
-            # The usual line: a first-attempt success of a tool without side effects, its
-            # fixed fields written as constants (the general line, with a third of its work).
-            return (f'{{"tool": {tool}, "call_id": {call_id}, "task": {task}, "turn": {turn}, '
-                    f'"fingerprint": {_quote(fingerprint)}, {_SUCCEEDED}, "attempts": 1, '
-                    f'"dispatched": true, "error_tokens": 0, "mode": {mode}, "args": {args}, '
-                    f'"side_effect": false, "duration_s": {duration_s}, "shadow": {{}}, '
-                    f'"at": {at}, "type": "call"}}')
-        ended = _SUCCEEDED  # a ToolResult's success: every one of these is fixed
-    else:
-        ended = (f'"ok": {_json(done.ok)}, "code": {code}, '
-                 f'"outcome": {_json(done.outcome.value)}, '
-                 f'"terminal": {_json(done.terminal)}, "blocked": {_json(done.blocked)}')
-    return (
-        f'{{"tool": {tool}, "call_id": {call_id}, "task": {task}, "turn": {_json(turn)}, '
-        f'"fingerprint": {_json(fingerprint)}, {ended}, "attempts": {_json(done.attempts)}, '
-        f'"dispatched": {_json(dispatched)}, "error_tokens": {_json(error_tokens)}, '
-        f'"mode": {mode}, "args": {args}, "side_effect": {_json(side_effect)}, '
-        f'"duration_s": {duration_s}, '
-        f'"shadow": {_dumps(dict(shadow)) if shadow else "{}"}, '
-        f'"at": {at}, "type": "call"}}'
-    )
-
-
-def _redacted(value: Any, secrets: Callable[[str], str]) -> str:
-    """A text field, redacted; anything else by its JSON text (``default=str``), redacted."""
-    return secrets(value if type(value) is str else _json(value))
-
-
-def args_json(redactor: Redactor, args: dict[str, Any], sent: str | None) -> str:
-    """The arguments' JSON text for a call line, redacted by ``redactor``.
-
-    ``sent`` is the JSON text the arguments were parsed from (``None``: they came as an
-    object).  Clean as a whole, by the rules of :meth:`Redactor.verbatim`, that text is the
-    line's, as sent (spacing and number spelling as the model wrote them: the same values);
-    else the arguments' own JSON text, clean as a whole; else the redacted copy's text (the
-    walk over every value, as before).
-    """
-    if type(args) is not dict:  # a subclass may iterate its keys as it likes
-        return _json(redactor.value(args))
-    if sent is not None and redactor.verbatim(sent, args, parsed=True):
-        return sent
-    try:
-        text = _encode_strict(args)
-    except (TypeError, ValueError, RecursionError):  # not plain JSON values: the walk
-        return _json(redactor.value(args))
-    return text if redactor.verbatim(text, args) else _json(redactor.value(args))
-
-
-def micros(count: int) -> str:
-    """``count`` microseconds as a JSON number of seconds, in integer arithmetic (a float's
-    shortest repr costs several times as much): ``1500`` is ``0.001500``."""
-    if count >= 1_000_000:  # a clock: its digits with a point six from the end
-        digits = str(count)
-        return digits[:-6] + "." + digits[-6:]
-    if count < 0:
-        return f"-{micros(-count)}"
-    return "0.%06d" % count  # noqa: UP031 - a third cheaper than f"{...:06d}"
-
-
 class CallObserver(Protocol):
     """A hook called after every guarded call (keep it fast; exceptions are swallowed)."""
 
@@ -295,11 +149,6 @@ _encode_line = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_
                                 default=str)
 
 
-#: The same text for plain JSON values, raising for anything else (``default=str`` would
-#: write an object's ``str``, where the redacting walk writes its redacted ``repr``).
-_encode_strict = prebuilt_encoder(sort_keys=False, separators=(", ", ": "), allow_nan=True)
-
-
 def _dumps(record: Any) -> str:
     try:
         return _encode_line(record)
@@ -307,29 +156,15 @@ def _dumps(record: Any) -> str:
         return json.dumps(record, ensure_ascii=False, default=str)
 
 
-_INFINITE = (float("inf"), float("-inf"))
-
-
-def _json(value: Any) -> str:
-    """One value as ``json.dumps(value, ensure_ascii=False, default=str)`` writes it."""
-    kind = type(value)
-    if kind is str:
-        return _quote(value)
-    if value is None:
-        return "null"
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is float and value == value and value not in _INFINITE:
-        return float.__repr__(value)
-    return _dumps(value)
-
-
 #: Bytes a trace file buffers between flushes (a line is about 600).
 _FILE_BUFFER = 1 << 18
 #: Call lines kept in memory before they are written as one piece (about 300 KB).
 _PENDING_LINES = 512
+
+
+#: The text fields of a call line redacted one by one (``args`` and ``shadow`` come redacted
+#: by the guard's walk; the whole line is redacted again on its way out).
+_TEXT_FIELDS = ("tool", "call_id", "task", "code", "mode")
 
 
 class JsonlSink:
@@ -350,11 +185,6 @@ class JsonlSink:
                  flush_interval: float = 1.0) -> None:
         #: The single exit of the trace channel: every line passes through ``redact``.
         self._redact = redact
-        #: When ``redact`` is a Redactor's ``secrets``: that Redactor.  A call line of an event
-        #: it already redacted is redacted field by field (the same text, far cheaper).
-        owner = getattr(redact, "__self__", None)
-        self._redactor = owner if isinstance(owner, Redactor) and \
-            getattr(redact, "__func__", None) is Redactor.secrets else None
         self._lock = threading.Lock()
         self._interval = flush_interval
         self._timer: threading.Timer | None = None
@@ -381,39 +211,28 @@ class JsonlSink:
         self._line(_dumps(record), now=record.get("type") != "call")
 
     def __call__(self, event: CallEvent) -> None:
-        if event._by is not None and event._by is self._redactor:
-            self._line(event._redacted_jsonl(self._redactor), now=False, done=True)
-        else:
-            self._line(event.to_jsonl(), now=False)
+        record = event.to_dict()
+        redact = self._redact
+        if redact is not None:  # each text field on its own, before JSON escapes its bytes
+            for key in _TEXT_FIELDS:
+                value = record[key]
+                if isinstance(value, str):
+                    record[key] = redact(value)
+        self._line(_dumps(record), now=False)
 
-    def _redacted_call(self, line: str) -> None:
-        """Keep a call line already redacted field by field with this sink's Redactor
-        (:func:`call_line`): the guard's path when no other observer needs an event."""
-        lock = self._lock
-        lock.acquire()  # not ``with``: on every traced call
-        try:
+    def _line(self, line: str, *, now: bool) -> None:
+        """Keep a line (redacted here); a call line waits for its batch, others flush."""
+        if self._redact is not None:
+            line = self._redact(line)
+        with self._lock:
             if self._closed:
                 return
             pending = self._pending
             pending.append(line)
-            if len(pending) >= self._batch:
-                self._write_pending(flush=self._interval <= 0)
-            if self._timer is None and self._interval > 0:
+            if now or len(pending) >= self._batch:
+                self._write_pending(flush=now or self._interval <= 0)
+            elif self._timer is None and self._interval > 0:
                 self._start_timer()
-        finally:
-            lock.release()
-
-    def _line(self, line: str, *, now: bool, done: bool = False) -> None:
-        if self._redact is not None and not done:
-            line = self._redact(line)
-        if not now:
-            self._redacted_call(line)
-            return
-        with self._lock:
-            if self._closed:
-                return
-            self._pending.append(line)
-            self._write_pending(flush=True)
 
     def _start_timer(self) -> None:
         timer = threading.Timer(self._interval, self._flush_later)
