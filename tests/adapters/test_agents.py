@@ -142,17 +142,19 @@ async def test_transient_failure_is_retried_inside_the_wrapper(
 async def test_identical_failing_calls_end_in_the_terminal_message(
         api: str, stub_server: Any, canned: SimpleNamespace, guard: Guard,
         runs: dict[str, int]) -> None:
-    """Repeating one failing call: the terminal stop at the cap, then the halt; body capped."""
+    """Repeating one failing call: the terminal stop at the cap, the same stop again for the
+    blocked repeat (body not run), then the halt; body capped."""
     repeat = [("find_city", {"name": "Atlantis"})]
     await _run(api, stub_server, canned, function_tools(guard),
-               [repeat, repeat, repeat, repeat, "I give up."])
+               [repeat, repeat, repeat, repeat, repeat, "I give up."])
     texts = [text for turn in _sent(api, stub_server) for _, text in turn]
-    assert len(texts) == 4
+    assert len(texts) == 5
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in texts[0]
     assert texts[1].startswith("find_city failed 2 times with identical arguments")
     assert TERMINAL in texts[1]
-    assert all(text.startswith("find_city failed (code: halted).") for text in texts[2:])
+    assert texts[2] == texts[1]
+    assert all(text.startswith("find_city failed (code: halted).") for text in texts[3:])
     assert runs["find_city"] == 2
 
 
@@ -320,15 +322,19 @@ REPEAT = [("find_city", {"name": "Atlantis"})]
 async def test_an_always_repeating_model_ends_with_a_final_output_naming_the_halt(
         api: str, stub_server: Any, canned: SimpleNamespace, guard: Guard,
         runs: dict[str, int]) -> None:
-    """stop_on_halt: the model calls the same failing tool for ever; the run ends at cap + 1."""
+    """stop_on_halt: the model calls the same failing tool for ever; the run ends at cap + 2
+    (the blocked repeat reads the terminal stop again, the next call is halted)."""
     result = await _run_agent(api, stub_server, canned, function_tools(guard),
                               [REPEAT] * 12, tool_use_behavior=stop_on_halt)
     assert isinstance(result.final_output, str)
     assert result.final_output.startswith("Stopped: find_city failed (code: halted).")
-    assert len(stub_server.bodies()) == 3  # cap (2) + the halted call, then no model request
+    # cap (2) + the blocked repeat + the halted call, then no model request
+    assert len(stub_server.bodies()) == 4
     assert runs["find_city"] == 2
     sent = [text for step in _sent(api, stub_server) for _, text in step]
-    assert TERMINAL in sent[-1]
+    assert len(sent) == 3
+    assert TERMINAL not in sent[0]
+    assert TERMINAL in sent[1] and sent[2] == sent[1]
 
 
 @MODELS
@@ -337,10 +343,11 @@ async def test_without_stop_on_halt_every_further_call_reads_the_halt(
         runs: dict[str, int]) -> None:
     """The default behaviour runs the model again; each further call gets the halt, no body."""
     await _run_agent(api, stub_server, canned, function_tools(guard),
-                     [REPEAT, REPEAT, REPEAT, REPEAT, "I give up."])
+                     [REPEAT] * 5 + ["I give up."])
     sent = [text for step in _sent(api, stub_server) for _, text in step]
-    assert len(sent) == 4
-    assert all("(code: halted)" in text for text in sent[2:])
+    assert len(sent) == 5
+    assert TERMINAL in sent[1] and sent[2] == sent[1]  # the blocked repeat
+    assert all("(code: halted)" in text for text in sent[3:])
     assert runs["find_city"] == 2
 
 
@@ -348,7 +355,7 @@ async def test_two_runs_at_once_never_share_a_counter(
         stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
     """Two concurrent runs of one agent: each reaches its own cap, each body ran twice."""
     tools = function_tools(guard)
-    model, client = _model("chat", stub_server, canned, [REPEAT] * 6)
+    model, client = _model("chat", stub_server, canned, [REPEAT] * 8)
     agent = agents.Agent(name="assistant", instructions="Help.", tools=tools, model=model,
                          tool_use_behavior=stop_on_halt)
     config = agents.RunConfig(tracing_disabled=True)
@@ -360,6 +367,7 @@ async def test_two_runs_at_once_never_share_a_counter(
     assert str(one.final_output).startswith("Stopped: ")
     assert str(two.final_output).startswith("Stopped: ")
     assert runs["find_city"] == 4
+    assert len(stub_server.bodies()) == 8  # each run: cap (2), the blocked repeat, the halt
     assert guard.incidents == []  # nothing counted on the shared guard itself
 
 
@@ -368,7 +376,7 @@ async def test_a_new_run_starts_fresh_and_a_conversation_key_joins_runs(
     """Each run is a new turn; with conversation= both runs count under one task id."""
     tools = function_tools(guard, conversation=lambda ctx: "user-7")
     for _ in range(2):
-        result = await _run_agent("chat", stub_server, canned, tools, [REPEAT] * 3,
+        result = await _run_agent("chat", stub_server, canned, tools, [REPEAT] * 4,
                                   tool_use_behavior=stop_on_halt)
         assert str(result.final_output).startswith("Stopped: ")
     assert runs["find_city"] == 4  # the second run's calls were not blocked by the first's

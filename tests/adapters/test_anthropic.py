@@ -116,17 +116,19 @@ def test_transient_failure_is_retried_inside_the_wrapper(
 
 def test_identical_failing_calls_end_in_the_terminal_message(
         stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
-    """Repeating one failing call: the terminal stop at the cap, then the halt; body capped."""
+    """Repeating one failing call: the terminal stop at the cap, the same stop again for the
+    blocked repeat (body not run), then the halt; body capped."""
     repeat = [("find_city", {"name": "Atlantis"})]
-    _loop(stub_server, canned, guard, [repeat, repeat, repeat, repeat, "I give up."])
+    _loop(stub_server, canned, guard, [repeat] * 5 + ["I give up."])
     blocks = [b for turn in _sent(stub_server) for b in turn]
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     assert all(b["is_error"] is True for b in blocks)
     assert blocks[0]["content"].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in blocks[0]["content"]
     assert blocks[1]["content"].startswith("find_city failed 2 times with identical arguments")
     assert TERMINAL in blocks[1]["content"]
-    assert all(b["content"].startswith("find_city failed (code: halted).") for b in blocks[2:])
+    assert blocks[2]["content"] == blocks[1]["content"]
+    assert all(b["content"].startswith("find_city failed (code: halted).") for b in blocks[3:])
     assert runs["find_city"] == 2
     assert stub_server.unexpected == []
 
@@ -201,11 +203,12 @@ async def test_content_lists_and_dicts_are_accepted(guard: Guard) -> None:
 
 def test_an_anthropic_loop_ends_on_halt_and_a_new_user_message_is_a_new_turn(
         stub_server: Any, canned: SimpleNamespace, guard: Guard, runs: dict[str, int]) -> None:
-    """outputs.halt stops the loop at cap + 1; tool_result turns are not user messages."""
+    """outputs.halt stops the loop at cap + 2 (the blocked repeat, then the halted call);
+    tool_result turns are not user messages."""
     repeat = [("find_city", {"name": "Atlantis"})]
     stub_server.add(MESSAGES, *canned.script(canned.anthropic, [repeat] * 10))
     messages: list[Any] = [{"role": "user", "content": "find Atlantis"}]
-    requests = []
+    requests, texts = [], []
     with anthropic.Anthropic(base_url=stub_server.url, api_key="t", max_retries=0) as client:
         for question in ("find Atlantis", "try again"):
             if len(messages) > 1:
@@ -217,10 +220,14 @@ def test_an_anthropic_loop_ends_on_halt_and_a_new_user_message_is_a_new_turn(
                     b.model_dump(exclude_none=True) for b in reply.content]})
                 outputs = run_tool_uses(guard, reply, messages=messages)
                 messages.append({"role": "user", "content": outputs})
+                texts.append(outputs[0]["content"])
                 if outputs.halt:
                     requests.append(n)
                     break
-    assert requests == [3, 3]
+    assert requests == [4, 4]
+    for turn in (texts[:4], texts[4:]):
+        assert TERMINAL in turn[1] and turn[2] == turn[1]  # the blocked repeat, not halted
+        assert turn[3].startswith("find_city failed (code: halted).")
     assert runs["find_city"] == 4
 
 

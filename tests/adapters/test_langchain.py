@@ -158,15 +158,17 @@ def test_transient_failure_is_retried_inside_the_wrapper(tools: Tools) -> None:
 
 
 def test_identical_failures_end_in_the_terminal_stop(tools: Tools) -> None:
-    """The model repeats a failing call: the body runs up to the cap, then the turn halts."""
-    calls = [ai_call("find_city", {"city": "Atlantis"}, f"c{i}") for i in range(4)]
+    """The model repeats a failing call: the body runs up to the cap, the blocked repeat gets
+    the terminal stop again, then the turn halts."""
+    calls = [ai_call("find_city", {"city": "Atlantis"}, f"c{i}") for i in range(5)]
     messages = run_graph(langchain_tools(tools.guard), *calls)
-    assert [m.tool_call_id for m in messages] == ["c0", "c1", "c2", "c3"]
+    assert [m.tool_call_id for m in messages] == ["c0", "c1", "c2", "c3", "c4"]
     assert all(m.status == "error" for m in messages)
     assert str(messages[0].content).startswith("find_city failed (code: not_found).")
     assert TERMINAL not in str(messages[0].content)
     assert TERMINAL in str(messages[1].content)
-    assert [halted(m) for m in messages] == [False, False, True, True]
+    assert messages[2].content == messages[1].content
+    assert [halted(m) for m in messages] == [False, False, False, True, True]
     assert tools.runs["find_city"] == 2
 
 

@@ -80,13 +80,15 @@ def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
 
 def test_create_agent_with_halt_middleware_ends_a_stubborn_model_normally(
         guard: tuple[Guard, dict[str, int]]) -> None:
-    """The model never stops: the body runs twice, the halt follows, the agent ends at END."""
+    """The model never stops: the body runs twice, the blocked repeat reads the terminal stop
+    again, the halt follows, the agent ends at END."""
     g, runs = guard
     agent = create_agent(stubborn(), langchain_tools(g), middleware=[halt_middleware()])
     out = agent.invoke({"messages": [HumanMessage("Find Atlantis.")]}, {"recursion_limit": 50})
     messages = tool_messages(out)
-    assert len(messages) == 3
+    assert len(messages) == 4
     assert TERMINAL in str(messages[1].content)
+    assert messages[2].content == messages[1].content and not halted(messages[2])
     assert halted(messages[-1])
     final = out["messages"][-1]
     assert isinstance(final, AIMessage) and not final.tool_calls
@@ -103,9 +105,10 @@ async def test_the_async_path_and_threads_count_apart(
     for thread in ("alice", "bob"):
         out = await agent.ainvoke({"messages": [HumanMessage("Find Atlantis.")]},
                                   {"configurable": {"thread_id": thread}})
-        first, second, third = tool_messages(out)
+        first, second, blocked, last = tool_messages(out)
         assert str(first.content).startswith("find_city failed (code: not_found).")
-        assert TERMINAL in str(second.content) and halted(third)
+        assert TERMINAL in str(second.content) and blocked.content == second.content
+        assert not halted(blocked) and halted(last)
         assert str(out["messages"][-1].content).startswith("Stopped: ")
     assert runs["find_city"] == 4
     assert thread_guard(g, "alice").task_id != thread_guard(g, "bob").task_id
@@ -148,8 +151,9 @@ def test_stream_updates_show_the_four_part_text_and_the_halt(
     streamed = [m for u in updates for node in u.values() if node
                 for m in node.get("messages", ())]
     tools = [m for m in streamed if isinstance(m, ToolMessage)]
-    assert [halted(m) for m in tools] == [False, False, True]
+    assert [halted(m) for m in tools] == [False, False, False, True]
     assert str(tools[0].content).startswith("find_city failed (code: not_found).")
+    assert TERMINAL in str(tools[1].content) and tools[2].content == tools[1].content
     assert str(streamed[-1].content).startswith("Stopped: ")
     assert runs["find_city"] == 2
 
@@ -162,7 +166,8 @@ async def test_astream_events_show_the_tool_errors(guard: tuple[Guard, dict[str,
         {"messages": [HumanMessage("Find Atlantis.")]}, {"recursion_limit": 50},
         version="v2") if event["event"] == "on_tool_end"]
     outputs = [e["data"]["output"] for e in ends]
-    assert len(outputs) == 3
+    assert len(outputs) == 4
     assert all(isinstance(o, ToolMessage) and o.status == "error" for o in outputs)
-    assert halted(outputs[-1])
+    assert outputs[2].content == outputs[1].content and TERMINAL in str(outputs[2].content)
+    assert [halted(o) for o in outputs] == [False, False, False, True]
     assert runs["find_city"] == 2

@@ -90,17 +90,18 @@ def agent(guard: Guard, model: GenericFakeChatModel, **kwargs: Any) -> Any:
                                   **kwargs)
 
 
-def test_an_always_repeating_model_ends_normally_within_cap_plus_one(
+def test_an_always_repeating_model_ends_normally_within_cap_plus_two(
         guard: tuple[Guard, dict[str, int]]) -> None:
     """create_react_agent with a model that never stops ends at END, halt last, no recursion."""
     g, runs = guard
     out = agent(g, repeating("find_city", {"city": "Atlantis"})).invoke(
         {"messages": [HumanMessage("find Atlantis")]}, {"recursion_limit": 50})
     messages = tool_messages(out)
-    assert len(messages) == 3  # cap (2) + the halt
+    assert len(messages) == 4  # cap (2) + the blocked repeat + the halt
     assert runs["find_city"] == 2
     assert TERMINAL in str(messages[1].content)
-    assert halted(messages[-1]) and not halted(messages[0])
+    assert messages[2].content == messages[1].content  # blocked: the terminal text again
+    assert halted(messages[-1]) and not any(halted(m) for m in messages[:3])
     assert isinstance(messages[-1].artifact, dict) and messages[-1].artifact["halt"] is True
     final = out["messages"][-1]
     assert isinstance(final, AIMessage) and not final.tool_calls
@@ -118,8 +119,10 @@ def test_without_the_hook_the_tool_message_still_says_halt(
                                  langchain_tools(g))
     out = app.invoke({"messages": [HumanMessage("find Atlantis")]}, {"recursion_limit": 12})
     messages = tool_messages(out)
-    assert len(messages) >= 4
-    assert all(halted(m) for m in messages[2:])
+    assert len(messages) >= 5
+    assert TERMINAL in str(messages[1].content) and messages[2].content == messages[1].content
+    assert not halted(messages[2])
+    assert all(halted(m) for m in messages[3:])
     assert runs["find_city"] == 2
 
 
@@ -132,9 +135,10 @@ def test_two_thread_ids_never_share_a_counter(guard: tuple[Guard, dict[str, int]
     b = app.invoke({"messages": [HumanMessage("find Atlantis")]},
                    {"configurable": {"thread_id": "B"}})
     for out in (a, b):
-        first, second, third = tool_messages(out)
+        first, second, blocked, last = tool_messages(out)
         assert str(first.content).startswith("find_city failed (code: not_found).")
-        assert TERMINAL in str(second.content) and halted(third)
+        assert TERMINAL in str(second.content) and blocked.content == second.content
+        assert not halted(blocked) and halted(last)
     assert runs["find_city"] == 4  # two per thread: B's calls were never blocked by A's
     assert thread_guard(g, "A").task_id == "default/thread-A"
     assert thread_guard(g, "A").task_id != thread_guard(g, "B").task_id
@@ -143,13 +147,13 @@ def test_two_thread_ids_never_share_a_counter(guard: tuple[Guard, dict[str, int]
 
 async def test_several_conversations_at_once_each_count_alone(
         guard: tuple[Guard, dict[str, int]]) -> None:
-    """Five threads run concurrently against one guard; each ends at its own cap + 1."""
+    """Five threads run concurrently against one guard; each ends at its own cap + 2."""
     g, runs = guard
     app = agent(g, repeating("find_city", {"city": "Atlantis"}), checkpointer=InMemorySaver())
     outs = await asyncio.gather(*[
         app.ainvoke({"messages": [HumanMessage("find Atlantis")]},
                     {"configurable": {"thread_id": f"t{i}"}}) for i in range(5)])
-    assert [len(tool_messages(o)) for o in outs] == [3] * 5
+    assert [len(tool_messages(o)) for o in outs] == [4] * 5
     assert all(halted(tool_messages(o)[-1]) for o in outs)
     assert runs["find_city"] == 10
 
@@ -162,11 +166,13 @@ def test_a_new_user_message_in_the_thread_starts_a_new_turn(
     model = Scripted(messages=iter([
         call("find_city", atlantis, "a1"), call("find_city", atlantis, "a2"),
         call("find_city", atlantis, "a3"), call("find_city", atlantis, "a4"),
+        call("find_city", atlantis, "a5"),
         call("find_city", atlantis, "b1"), AIMessage("it does not exist"),
     ]))
     app = agent(g, model, checkpointer=InMemorySaver())
     config: Any = {"configurable": {"thread_id": "T"}}
     first = app.invoke({"messages": [HumanMessage("find Atlantis")]}, config)
+    assert [m.tool_call_id for m in tool_messages(first)] == ["a1", "a2", "a3", "a4"]
     assert halted(tool_messages(first)[-1])
     second = app.invoke({"messages": [HumanMessage("try once more")]}, config)
     latest = tool_messages(second)[-1]
@@ -183,8 +189,10 @@ def test_plain_invoke_scopes_by_the_config_thread_id(guard: tuple[Guard, dict[st
     args = {"city": "Atlantis"}
     x: Any = {"configurable": {"thread_id": "X"}}
     assert TERMINAL not in tool.invoke(args, x)
-    assert TERMINAL in tool.invoke(args, x)
+    terminal = tool.invoke(args, x)
+    assert TERMINAL in terminal
     assert TERMINAL not in tool.invoke(args, {"configurable": {"thread_id": "Y"}})
+    assert tool.invoke(args, x) == terminal  # blocked in X: the terminal text again
     assert "(code: halted)" in tool.invoke(args, x)
 
 
@@ -233,7 +241,7 @@ def test_halt_hook_passes_everything_else() -> None:
 
 def test_a_hand_built_graph_ends_with_halt_hook_as_a_node(
         guard: tuple[Guard, dict[str, int]]) -> None:
-    """agent -> halt_hook -> tools_condition: the hand-built loop reaches END at cap + 1."""
+    """agent -> halt_hook -> tools_condition: the hand-built loop reaches END at cap + 2."""
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -254,7 +262,8 @@ def test_a_hand_built_graph_ends_with_halt_hook_as_a_node(
     out = builder.compile().invoke({"messages": [HumanMessage("find Atlantis")]},
                                    {"recursion_limit": 40})
     messages = tool_messages(out)
-    assert len(messages) == 3 and halted(messages[-1])
+    assert len(messages) == 4 and halted(messages[-1]) and not halted(messages[2])
+    assert messages[2].content == messages[1].content
     assert runs["find_city"] == 2
     assert str(out["messages"][-1].content).startswith("Stopped: ")
 
@@ -266,9 +275,10 @@ def test_without_a_thread_id_each_invocation_is_its_own_conversation(
     app = agent(g, repeating("find_city", {"city": "Atlantis"}))
     for user in ("alice", "bob"):
         out = app.invoke({"messages": [HumanMessage(f"{user}: find Atlantis")]})
-        first, second, third = tool_messages(out)
+        first, second, blocked, last = tool_messages(out)
         assert TERMINAL not in str(first.content)
-        assert TERMINAL in str(second.content) and halted(third)
+        assert TERMINAL in str(second.content) and blocked.content == second.content
+        assert not halted(blocked) and halted(last)
     assert runs["find_city"] == 4
     assert g.incidents == []
 

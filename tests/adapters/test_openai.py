@@ -152,16 +152,18 @@ def test_transient_failure_is_retried_inside_the_wrapper(
 @APIS
 def test_identical_failing_calls_end_in_the_terminal_message(
         api: str, stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
-    """Repeating one failing call: the terminal stop at the cap, then the halt; body capped."""
+    """Repeating one failing call: the terminal stop at the cap, the same stop again for the
+    blocked repeat (body not run), then the halt; body capped."""
     repeat = [("find_city", {"name": "Atlantis"})]
-    _run(api, stub_server, canned, tools.guard, [repeat, repeat, repeat, repeat, "I give up."])
+    _run(api, stub_server, canned, tools.guard, [repeat] * 5 + ["I give up."])
     texts = [text for turn in _sent(api, stub_server) for _, text in turn]
-    assert len(texts) == 4
+    assert len(texts) == 5
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL not in texts[0]
     assert texts[1].startswith("find_city failed 2 times with identical arguments")
     assert TERMINAL in texts[1]
-    assert all(text.startswith("find_city failed (code: halted).") for text in texts[2:])
+    assert texts[2] == texts[1]
+    assert all(text.startswith("find_city failed (code: halted).") for text in texts[3:])
     assert tools.runs["find_city"] == 2
     assert stub_server.unexpected == []
 
@@ -337,15 +339,16 @@ def _chat_loop_until_halt(client: Any, guard: Guard, messages: list[Any],
     raise AssertionError("the loop did not finish")
 
 
-def test_a_chat_loop_ends_on_the_halt_flag_within_cap_plus_one(
+def test_a_chat_loop_ends_on_the_halt_flag_within_cap_plus_two(
         stub_server: Any, canned: SimpleNamespace, tools: Tools) -> None:
-    """An always-repeating model: outputs.halt ends the loop at the third call; body ran twice."""
+    """An always-repeating model: the third call is refused with the terminal text, outputs.halt
+    ends the loop at the fourth; body ran twice."""
     repeat = [("find_city", {"name": "Atlantis"})]
     stub_server.add(CHAT, *canned.script(canned.chat, [repeat] * 10))
     with openai.OpenAI(base_url=f"{stub_server.url}/v1", api_key="t", max_retries=0) as client:
         requests = _chat_loop_until_halt(client, tools.guard,
                                          [{"role": "user", "content": "find Atlantis"}])
-    assert requests == 3
+    assert requests == 4
     assert tools.runs["find_city"] == 2
 
 
@@ -378,13 +381,18 @@ def test_responses_outputs_carry_results_and_the_halt(tools: Tools) -> None:
     """The output list is plain API items; results and halt ride beside them."""
     item = {"type": "function_call", "call_id": "c", "name": "find_city",
             "arguments": '{"name": "X"}'}
-    halts = []
-    for _ in range(3):
+    halts, blocked, texts = [], [], []
+    for _ in range(4):
         outputs = run_response_function_calls(tools.guard, [item])
         assert set(outputs[0]) == {"type", "call_id", "output"}
         assert [r.code for r in outputs.results] in (["not_found"], ["halted"])
         halts.append(outputs.halt)
-    assert halts == [False, False, True]
+        blocked.append(outputs.results[0].blocked)
+        texts.append(outputs[0]["output"])
+    assert halts == [False, False, False, True]
+    assert blocked == [False, False, True, True]
+    assert TERMINAL in texts[1] and texts[2] == texts[1]
+    assert tools.runs["find_city"] == 2
 
 
 def test_two_message_lists_are_two_conversations_without_a_key(tools: Tools) -> None:

@@ -270,11 +270,11 @@ async def test_a_conversation_key_joins_runs_and_run_id_keeps_them_apart(
         fast_guard: Guard, toolset: Any) -> None:
     """conversation= picks the key: one user's runs share a scope; ``ctx.run_id`` splits them."""
     for _ in range(2):
-        result = await agent(fast_guard, toolset, [REPEAT] * 3,
+        result = await agent(fast_guard, toolset, [REPEAT] * 4,
                              conversation=lambda ctx: "user-7").run("Find Atlantis.")
         assert result.output.startswith("Stopped: ")
     assert {i.turn for i in conversation_guard(fast_guard, "user-7").incidents} == {0, 1}
-    apart = await agent(fast_guard, toolset, [REPEAT] * 3,
+    apart = await agent(fast_guard, toolset, [REPEAT] * 4,
                         conversation=lambda ctx: ctx.run_id).run("Find Atlantis.")
     assert apart.output.startswith("Stopped: ")
     assert {i.turn for i in conversation_guard(fast_guard, apart.run_id).incidents} == {0}

@@ -155,7 +155,8 @@ def test_openai_responses_stream_loop(sse: SSEServer, canned: SimpleNamespace,
             break
     assert texts[0].startswith("find_city failed (code: not_found).")
     assert TERMINAL in texts[1]
-    assert "(code: halted)" in texts[2] and len(texts) == 3
+    assert texts[2] == texts[1]  # the blocked repeat: the terminal text again, no body run
+    assert "(code: halted)" in texts[3] and len(texts) == 4
     assert runs["find_city"] == 2
 
 
@@ -181,10 +182,11 @@ def test_anthropic_messages_stream_loop(sse: SSEServer, canned: SimpleNamespace,
         results += outputs
         if outputs.halt:
             break
-    assert [r["is_error"] for r in results] == [True, True, True]
+    assert [r["is_error"] for r in results] == [True, True, True, True]
     assert results[0]["content"].startswith("find_city failed (code: not_found).")
     assert TERMINAL in results[1]["content"]
-    assert "(code: halted)" in results[2]["content"]
+    assert results[2]["content"] == results[1]["content"]  # the blocked repeat
+    assert "(code: halted)" in results[3]["content"]
     assert runs["find_city"] == 2
 
 
@@ -211,7 +213,8 @@ async def test_agents_sdk_run_streamed_ends_on_the_halt(
     finally:
         await client.close()
     assert str(outputs[0]).startswith("find_city failed (code: not_found).")
-    assert len(outputs) == 3 and "(code: halted)" in str(outputs[-1])
+    assert len(outputs) == 4 and "(code: halted)" in str(outputs[-1])
+    assert TERMINAL in str(outputs[1]) and outputs[2] == outputs[1]  # the blocked repeat
     assert str(result.final_output).startswith("Stopped: find_city failed (code: halted).")
     assert runs["find_city"] == 2
 
