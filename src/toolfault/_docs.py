@@ -7,6 +7,7 @@ raises each code, so the reference shows byte for byte what a model would read, 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import sys
 from pathlib import Path
@@ -24,7 +25,10 @@ def example_message(catalog: Catalog, entry: CatalogEntry) -> str:
     from toolfault._guard import Guard
     from toolfault._limits import Limits
 
-    guard = Guard(catalog=catalog, limits=Limits(retry_limit=100), scan_env_secrets=False)
+    # The first failure's four parts, as the model reads them: not the terminal message a
+    # row with a cap of one would give at once (halted, tool_blocked, no_progress).
+    first = catalog.with_entry(dataclasses.replace(entry, retry_limit=None))
+    guard = Guard(catalog=first, limits=Limits(retry_limit=100), scan_env_secrets=False)
 
     def example_tool(item_id: str, quantity: int) -> None:
         raise ToolError(entry.code, "<reason, in the operation's terms>")
