@@ -406,20 +406,8 @@ def _cut(text: str, problem: dict[str, Any], budget: int,
         index = next((i for i, line in enumerate(lines) if line.startswith(label)), None)
         if index is None:
             continue
-        body = lines[index][len(label):].rstrip(".")
-        keep = field == "rejected_arguments" and _names_any(body, named)
-        if keep:  # the arguments the words are about stay, whole: the rest goes
-            body = _named_only(body, named)
-        others = count("\n".join(lines[:index] + lines[index + 1:]))
-        room = budget - others - count(label) - 1
-        for _ in range(3):  # token counts of joined lines differ a little from the parts
-            new = body if keep else \
-                ELLIPSIS if room <= 0 else shorten(body, _within(count, room, "."))
-            lines[index] = f"{label}{new}."
-            over = count("\n".join(lines)) - budget
-            if over <= 0 or room <= 0:
-                break
-            room -= over
+        new = _cut_line(lines, index, label, named if field == "rejected_arguments" else "",
+                        budget, count)
         if field in problem and isinstance(problem[field], str):
             problem[field] = new if field == "rejected_arguments" else f"{new}."
         if count("\n".join(lines)) <= budget:
@@ -430,6 +418,29 @@ def _cut(text: str, problem: dict[str, Any], budget: int,
         lines = [shorten(line, _within(count, per, "")) for line in lines]
         text = "\n".join(line if line.endswith(".") else line + "." for line in lines)
     return text, problem
+
+
+def _cut_line(lines: list[str], index: int, label: str, named: str, budget: int,
+              count: Callable[[str], int]) -> str:
+    """Shorten ``lines[index]`` (in place) to what the budget leaves it; its new body.
+
+    Arguments that ``named`` mentions are kept whole, the others dropped (never cut below).
+    """
+    body = lines[index][len(label):].rstrip(".")
+    if named and _names_any(body, named):
+        new = _named_only(body, named)
+        lines[index] = f"{label}{new}."
+        return new
+    room = budget - count("\n".join(lines[:index] + lines[index + 1:])) - count(label) - 1
+    new = body
+    for _ in range(3):  # token counts of joined lines differ a little from the parts
+        new = ELLIPSIS if room <= 0 else shorten(body, _within(count, room, "."))
+        lines[index] = f"{label}{new}."
+        over = count("\n".join(lines)) - budget
+        if over <= 0 or room <= 0:
+            break
+        room -= over
+    return new
 
 
 def _names_any(args_text: str, named: str) -> bool:

@@ -172,28 +172,45 @@ def _tool(name: str, row: Any, source: str) -> ToolConfig:
     if bad:
         raise ConfigurationError(f"{where}: unknown key {sorted(bad)[0]!r} "
                                  f"(known: {', '.join(sorted(_TOOL_KEYS))})")
-    key = row.get("idempotency_key")
-    if isinstance(key, str):
-        key = [key]
-    if key is not None and not (isinstance(key, list) and all(isinstance(k, str) for k in key)):
-        raise ConfigurationError(f"{where}: idempotency_key must be argument names")
-    side_effect = row.get("side_effect")
-    if side_effect is not None and not isinstance(side_effect, bool):
-        raise ConfigurationError(f"{where}: side_effect must be true or false")
-    timeout = _none(row.get("timeout"))
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or timeout <= 0):
-        raise ConfigurationError(f"{where}: timeout must be a positive number of seconds")
-    retry_limit = row.get("retry_limit")
-    if retry_limit is not None and (isinstance(retry_limit, bool)
-                                    or not isinstance(retry_limit, int) or retry_limit < 1):
-        raise ConfigurationError(f"{where}: retry_limit must be a whole number of at least 1")
-    exempt = row.get("progress_exempt", False)
-    if not isinstance(exempt, bool):
-        raise ConfigurationError(f"{where}: progress_exempt must be true or false")
-    return ToolConfig(side_effect=side_effect, timeout=None if timeout is None else float(timeout),
-                      retry_limit=retry_limit, progress_exempt=exempt,
-                      idempotency_key=None if key is None else tuple(key))
+    timeout = _positive_seconds(_none(row.get("timeout")), f"{where}: timeout")
+    return ToolConfig(side_effect=_flag(row.get("side_effect"), f"{where}: side_effect"),
+                      timeout=timeout,
+                      retry_limit=_at_least_one(row.get("retry_limit"), f"{where}: retry_limit"),
+                      progress_exempt=bool(_flag(row.get("progress_exempt", False),
+                                                 f"{where}: progress_exempt")),
+                      idempotency_key=_argument_names(row.get("idempotency_key"),
+                                                      f"{where}: idempotency_key"))
+
+
+def _flag(value: Any, what: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(f"{what} must be true or false")
+    return value
+
+
+def _positive_seconds(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{what} must be a positive number of seconds")
+    return float(value)
+
+
+def _at_least_one(value: Any, what: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or value < 1):
+        raise ConfigurationError(f"{what} must be a whole number of at least 1")
+    return value
+
+
+def _argument_names(value: Any, what: str) -> tuple[str, ...] | None:
+    if isinstance(value, str):
+        value = [value]
+    if value is None:
+        return None
+    if not (isinstance(value, list) and all(isinstance(k, str) for k in value)):
+        raise ConfigurationError(f"{what} must be argument names")
+    return tuple(value)
 
 
 def _check(config: ProxyConfig, source: str) -> None:
