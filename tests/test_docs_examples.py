@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,10 +107,20 @@ def readme_first_example() -> str:
     return "".join(example.source for example in examples)
 
 
+def _compiled(source: str) -> Any:
+    """``source`` compiled under a name of its own, its lines known to ``linecache`` (so the
+    lint reads the example's own lines, not README.md's at the same numbers)."""
+    import linecache
+
+    name = f"<README.md first example {abs(hash(source))}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    return compile(source, name, "exec")
+
+
 def test_readme_first_example_passes_lint() -> None:
     """The tools a new user copies first are the ones `toolfault lint` finds nothing in."""
     namespace: dict[str, object] = {"__name__": "readme_first_example"}
-    exec(compile(readme_first_example(), "README.md", "exec"), namespace)
+    exec(_compiled(readme_first_example()), namespace)
     guard = namespace["guard"]
     assert isinstance(guard, Guard)
     assert lint_guard(guard) == []
@@ -120,6 +131,6 @@ def test_lint_would_catch_an_undocumented_first_example() -> None:
     """The lint check above can fail: the same example without docstrings has findings."""
     source = re.sub(r'"""[^"]*"""', "pass", readme_first_example())
     namespace: dict[str, object] = {}
-    exec(compile(source, "README.md", "exec"), namespace)
+    exec(_compiled(source), namespace)
     findings = lint_guard(namespace["guard"])
     assert any(f.problem == "has no description" for f in findings)
