@@ -114,10 +114,10 @@ def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
     if target.is_dir():  # answered before the (slow) rendering
         error("docs", f"{target} is a directory, not a file")
         return 2
-    if not check and (problem := output_problem(output)):  # never creates a directory
+    if catalog_path and (problem := input_problem(catalog_path, "catalog .toml file")):
         error("docs", problem)
         return 2
-    if catalog_path and (problem := input_problem(catalog_path, "catalog .toml file")):
+    if not check and (problem := output_problem(output)):  # never creates a directory
         error("docs", problem)
         return 2
     if check and not target.exists():

@@ -230,7 +230,8 @@ def _summarise(tasks: Sequence[_Task]) -> Metrics:
         retries=retries, retry_rate=retries / calls if calls else 0.0, blocked=blocked,
         error_streaks=streaks, recoveries=recoveries, cap_hits=cap_hits,
         budget_hits=budget_hits, step_cap_hits=step_caps, halts=halts,
-        budget_stops=budget_stops, crashes=crashes, model_errors=model_errors, gave_up=gave_up, would_shape=shadow["would_say"],
+        budget_stops=budget_stops, crashes=crashes, model_errors=model_errors, gave_up=gave_up,
+        would_shape=shadow["would_say"],
         would_reject=shadow["would_reject"], would_block=shadow["would_block"],
         would_cap=shadow["would_be_terminal"], would_exceed_budget=shadow["would_exceed_budget"],
     )

@@ -32,7 +32,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from toolfault._fingerprint import fingerprint
 from toolfault._guard import Guard
 from toolfault._limits import Backoff, Limits
-from toolfault._tokens import count_tokens, token_counter_name
+from toolfault._tokens import Tokenizer, count_tokens, token_counter_name
 from toolfault._trace import CallEvent
 from toolfault.bench._tasks import ToolCall, ToolDef
 
@@ -100,7 +100,7 @@ class ToolfaultRun:
         self._events: list[dict[str, Any]] = []
         # The guard counts tokens with the counter the baselines' figures use (exact
         # cl100k_base where installed), whatever the process happened to import first.
-        tokenizer = "exact" if token_counter_name() == "cl100k_base" else "estimate"
+        tokenizer: Tokenizer = "exact" if token_counter_name() == "cl100k_base" else "estimate"
         self.guard = Guard(limits=limits, sleep=self._sleep, scan_env_secrets=False,
                            observers=[self._observe], tokenizer=tokenizer)
         for tool in tools:
