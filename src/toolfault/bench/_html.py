@@ -88,6 +88,8 @@ def hbar_chart(chart: str, title: str, note: str, bars: Sequence[Bar], *,
     width, label_w, value_w, row_h, top = 560, 150, 74, 34, 16
     plot_w = width - label_w - value_w
     top_value = max_value or _nice_max(max([b.value for b in bars] + [m[0] for m in markers]))
+    if not percent and top_value < 4 and all(b.value == int(b.value) for b in bars):
+        top_value = 4.0  # counts: whole-number ticks (0 1 2 3 4), never 0.2 of a duplicate
     height = top + row_h * len(bars) + 26
     parts = [f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {width} {height}" '
              f'width="100%" role="img" aria-label="{_e(title)}" '
@@ -134,7 +136,16 @@ def stacked_chart(chart: str, title: str, note: str, rows: Sequence[tuple[str, s
     """100% stacked horizontal bars: how each policy's episodes ended."""
     width, label_w, row_h, top = 1080, 150, 34, 8
     plot_w = width - label_w - 16
-    height = top + row_h * len(rows) + 34
+    # The legend's entries, wrapped onto as many lines as the width needs.
+    keys: list[tuple[float, int]] = []
+    lx, line = float(label_w), 0
+    for _, seg_label, _ in segments:
+        step = 26 + 7.2 * len(seg_label)
+        if lx + step > width and lx > label_w:
+            lx, line = float(label_w), line + 1
+        keys.append((lx, line))
+        lx += step
+    height = top + row_h * len(rows) + 34 + 20 * line
     parts = [f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {width} {height}" '
              f'width="100%" role="img" aria-label="{_e(title)}" '
              f'xmlns="http://www.w3.org/2000/svg">']
@@ -161,13 +172,12 @@ def stacked_chart(chart: str, title: str, note: str, rows: Sequence[tuple[str, s
                              f'font-size="11.5" font-weight="600" fill="{ink}" '
                              f'text-anchor="middle">{_e(share)}</text>')
             x += w
-    lx = float(label_w)
-    for _, seg_label, colour in segments:
-        parts.append(f'<rect x="{lx:.1f}" y="{height - 20}" width="11" height="11" rx="2" '
+    for (_, seg_label, colour), (kx, kline) in zip(segments, keys, strict=True):
+        ky = top + row_h * len(rows) + 14 + 20 * kline
+        parts.append(f'<rect x="{kx:.1f}" y="{ky}" width="11" height="11" rx="2" '
                      f'fill="{colour}"/>')
-        parts.append(f'<text x="{lx + 16:.1f}" y="{height - 11}" font-size="12" '
+        parts.append(f'<text x="{kx + 16:.1f}" y="{ky + 9}" font-size="12" '
                      f'fill="{_INK}">{_e(seg_label)}</text>')
-        lx += 26 + 7.2 * len(seg_label)
     parts.append("</svg>")
     return (f'<figure class="card wide"><h3>{_e(title)}</h3><p class="note">{_e(note)}</p>'
             f'{"".join(parts)}</figure>')
