@@ -343,7 +343,7 @@ section.alert code { font-size:12px; }
 table { width:100%; border-collapse:collapse; background:#fff; border-radius:12px;
   overflow:hidden; border:1px solid var(--line); font-size:13px; }
 .scroll { overflow-x:auto; }
-th, td { padding:8px 9px; text-align:right; border-bottom:1px solid var(--line); }
+th, td { padding:8px 6px; text-align:right; border-bottom:1px solid var(--line); }
 td { white-space:nowrap; }
 th:first-child, td:first-child { text-align:left; }
 th { background:#f8fafc; font-weight:600; font-size:12px; color:var(--muted); }
