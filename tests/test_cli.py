@@ -33,6 +33,7 @@ def _one_error_line(err: str, verb: str) -> str:
 @pytest.mark.parametrize(("args", "expected"), [
     (["docs", "-o", "/"], "is a directory"),
     (["docs", "no-such-catalog.toml"], "no such file: no-such-catalog.toml"),
+    (["docs", "-o", "/nonexistent/x.md"], "directory /nonexistent does not exist"),
     (["lint", "nosuchmodule:guard"], "cannot load nosuchmodule:guard"),
     (["lint", "no-such.toml"], "no such file: no-such.toml"),
     (["lint", "/"], "is a directory"),
@@ -43,6 +44,7 @@ def _one_error_line(err: str, verb: str) -> str:
     (["report", "no-such.jsonl"], "no such file: no-such.jsonl"),
     (["report", "binary.jsonl"], "not a text file"),
     (["report", "odd.jsonl"], "not a toolfault trace"),
+    (["report", "notrace.jsonl"], "notrace.jsonl has no toolfault call record"),
     (["report", "good.jsonl", "--report", "/nonexistent/dir/r.html"], "does not exist"),
     (["bench", "--report", "/nonexistent/dir/r.html"], "directory /nonexistent/dir does not"),
     (["bench", "--trace", "/"], "is a directory"),
@@ -54,6 +56,10 @@ def _one_error_line(err: str, verb: str) -> str:
     (["bench", "--api-key-env", "KEY"], "only applies with --model-url"),
     (["bench", "--model-url", "localhost:8000/v1", "--model", "x"], "http(s) URL"),
     (["bench", "--model-url", "http://127.0.0.1:1/v1"], "needs --model"),
+    (["bench", "--update-docs", "no-such.md"], "--update-docs: no such file: no-such.md"),
+    (["bench", "--check-docs", "good.jsonl", "--quick"], "--quick does not apply to --check"),
+    (["bench", "--check-docs", "a.md", "--seed", "3"], "--seed does not apply to --check"),
+    (["bench", "--update-docs", "a.md", "--check-docs", "a.md"], "pick one"),
 ])
 def test_bad_input_is_one_line_and_no_traceback(args: list[str], expected: str,
                                                 tmp_path: Path,
@@ -61,8 +67,9 @@ def test_bad_input_is_one_line_and_no_traceback(args: list[str], expected: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trap a new user can walk into: exit 2, one `toolfault VERB: error:` line, no work."""
     (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00\x81garbage\n")
-    (tmp_path / "odd.jsonl").write_text('{"type": "call", "attempts": "many"}\n',
-                                        encoding="utf-8")
+    (tmp_path / "odd.jsonl").write_text(
+        '{"type": "call", "tool": "t", "ok": false, "attempts": "many"}\n', encoding="utf-8")
+    (tmp_path / "notrace.jsonl").write_text('{"a": 1}\n{"a": 2}\n', encoding="utf-8")
     (tmp_path / "good.jsonl").write_text('{"type": "call", "ok": true}\n', encoding="utf-8")
     (tmp_path / "broken_module_for_cli_test.py").write_text(
         'raise RuntimeError("import failed")\n', encoding="utf-8")
@@ -128,11 +135,16 @@ def test_docs_check_says_missing_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "errors.md").exists()
 
 
-def test_docs_writes_into_a_new_directory(tmp_path: Path) -> None:
-    """Writing the reference still creates missing parent directories."""
+def test_docs_refuses_a_missing_directory(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`docs -o` into a directory that does not exist: exit 2, nothing created (as `bench
+    --report` answers); an existing directory is written into."""
     target = tmp_path / "new" / "errors.md"
-    assert main(["docs", "-o", str(target)]) == 0
-    assert target.read_text(encoding="utf-8").startswith("# Error reference")
+    assert main(["docs", "-o", str(target)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert main(["docs", "-o", str(tmp_path / "errors.md")]) == 0
+    assert (tmp_path / "errors.md").read_text(encoding="utf-8").startswith("# Error reference")
 
 
 def test_report_checks_the_page_path_before_reading(tmp_path: Path,

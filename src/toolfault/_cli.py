@@ -122,6 +122,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="run the loop-precision suite instead: legitimate runs harmed, "
                        "calls until loops are blocked and halted (--episodes: seeds)")
     bench.add_argument("--redis-url", help="with --stores: also measure RedisStore at this URL")
+    bench.add_argument("--update-docs", metavar="MARKDOWN",
+                       help="run the default and loop suites with fixed settings and write "
+                       "their figures between the <!-- bench:begin/end --> markers")
+    bench.add_argument("--check-docs", metavar="MARKDOWN",
+                       help="exit 1 if the figures in MARKDOWN differ from a fresh run "
+                       "(writes nothing)")
     bench.add_argument("--quick", action="store_true", help="a tiny suite (for smoke tests)")
     bench.add_argument("--model-url", metavar="URL",
                        help="OpenAI-compatible base URL (…/v1) to drive a real model")
@@ -183,6 +189,19 @@ def _bench_problem(args: argparse.Namespace) -> str | None:
     """Options that contradict each other or cannot work, found before the bench starts."""
     given = {"--report": args.report, "--trace": args.trace, "--episodes": args.episodes,
              "--quick": args.quick, "--model-url": args.model_url, "--model": args.model}
+    docs = [(flag, value) for flag, value in (("--update-docs", args.update_docs),
+                                              ("--check-docs", args.check_docs)) if value]
+    if docs:
+        flag = docs[0][0]
+        if len(docs) > 1:
+            return "--update-docs and --check-docs are separate runs: pick one"
+        extra = [name for name, value in {
+            **given, "--json": args.json, "--overhead": args.overhead, "--stores": args.stores,
+            "--loops": args.loops, "--redis-url": args.redis_url,
+            "--api-key-env": args.api_key_env, "--seed": args.seed != 7}.items() if value]
+        if extra:
+            return f"{extra[0]} does not apply to {flag} (its settings are fixed)"
+        return None
     for mode, on in (("--overhead", args.overhead), ("--stores", args.stores)):
         if not on:
             continue
@@ -238,6 +257,11 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if problem := _bench_problem(args):
             error("bench", problem)
             return 2
+        if args.update_docs or args.check_docs:
+            from toolfault.bench._docs_block import docs_block_command
+
+            return docs_block_command(args.update_docs or args.check_docs,
+                                      check=bool(args.check_docs))
         from toolfault.bench import bench_command
 
         return int(bench_command(args))

@@ -112,13 +112,16 @@ def _exception_tree() -> str:
 
 def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
     """Write or check the reference; exit 1 on drift or a missing file, 2 on bad input."""
-    from toolfault._cli import error, input_problem
+    from toolfault._cli import error, input_problem, output_problem
 
     target = Path(output)
     if target.is_dir():  # answered before the (slow) rendering
         error("docs", f"{target} is a directory, not a file")
         return 2
     if catalog_path and (problem := input_problem(catalog_path, "catalog .toml file")):
+        error("docs", problem)
+        return 2
+    if not check and (problem := output_problem(output)):  # never creates a directory
         error("docs", problem)
         return 2
     if check and not target.exists():
@@ -150,7 +153,6 @@ def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
               f"{catalog_path or ''} -o {target}`.".replace("  ", " "), file=sys.stderr)
         return 1
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
         error("docs", f"cannot write {target}: {exc.strerror or exc}")

@@ -162,3 +162,21 @@ def test_longest_run_ignores_blocked_calls() -> None:
     calls = [call("a", False), call("a", False), call("a", False, dispatched=False),
              call("a", True), call("b", False)]
     assert longest_identical_run(calls) == 3
+
+
+def test_ladder_halts_are_counted_as_halts_not_budget_stops(quick_run: RunResult) -> None:
+    """An episode the ladder halted ends `halted` (its last call is the halt); only a refusal
+    over the per-turn budget ends `budget`; the metrics count the two apart."""
+    last: dict[str, dict[str, object]] = {}
+    ends: dict[str, set[object]] = {"halted": set(), "budget": set()}
+    for record in quick_run.records:
+        if record["type"] == "call":
+            last[record["task"]] = record
+        elif record["type"] == "episode" and record["stop"] in ends:
+            ends[record["stop"]].add(last[record["task"]].get("code"))
+    assert ends == {"halted": {"halted"}, "budget": {"budget_exceeded"}}
+    ours = metrics_from_trace(quick_run.records).policies["toolfault"]
+    episodes = [r for r in quick_run.records
+                if r["type"] == "episode" and r["policy"] == "toolfault"]
+    assert ours.halts == sum(e["stop"] == "halted" for e in episodes) > 0
+    assert ours.budget_stops == sum(e["stop"] == "budget" for e in episodes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -72,7 +73,8 @@ class StubServer:
 
     ``mode``: ``"ok"`` answers with :func:`scripted`; ``"unauthorized"`` with 401,
     ``"html"`` with a 200 web page (not an OpenAI-compatible endpoint), ``"dies"`` with 503
-    after the first request.  Requests llama.cpp
+    after the first request, ``"flaky"`` with 503 on every third request after the first
+    (an endpoint failing some requests mid-run).  Requests llama.cpp
     rejects get its HTTP 500; other paths get 404.
     """
 
@@ -95,6 +97,8 @@ class StubServer:
                                     b'"type": "invalid_request_error"}}', 401)
                 elif mode == "dies" and len(stub.requests) > 1:
                     data, status = b'{"error": {"message": "model unloaded"}}', 503
+                elif mode == "flaky" and len(stub.requests) > 1 and len(stub.requests) % 3 == 0:
+                    data, status = b'{"error": {"message": "overloaded, try later"}}', 503
                 elif mode == "html":
                     data, status, kind = b"<html><body>router login</body></html>", 200, \
                         "text/html"
@@ -275,7 +279,10 @@ def test_an_endpoint_that_dies_during_the_run_fails_the_command(
     captured = capsys.readouterr()
     assert code == 1
     assert "every episode ended in a model error" in captured.err
-    assert json.loads(captured.out)["policies"]["toolfault"]["crashes"] >= 1
+    payload = json.loads(captured.out)
+    assert payload["policies"]["toolfault"]["model_errors"] >= 1
+    assert payload["policies"]["toolfault"]["crashes"] == 0
+    assert payload["model_errors"][0]["endpoint"] == server.url
 
 
 def test_an_unreachable_endpoint_ends_the_episode_as_a_model_error() -> None:
@@ -291,3 +298,27 @@ def test_completions_without_choices_are_model_errors() -> None:
         parse_completion({"error": "quota"})
     turn = parse_completion(_reply([{"name": "x", "args": {"a": 1}}]))
     assert turn.calls[0].name == "x" and json.loads(turn.calls[0].arguments) == {"a": 1}
+
+
+def test_an_endpoint_failing_some_requests_is_named_and_fails_the_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Some episodes end in model errors: counted apart from crashes, the endpoint and count
+    named in the terminal and on the page, and exit status 1."""
+    page = tmp_path / "page.html"
+    with StubServer("flaky") as server:
+        code = main(["bench", "--model-url", server.url, "--model", "stub", "--report",
+                     str(page)])
+    captured = capsys.readouterr()
+    assert code == 1
+    out = " ".join(captured.out.split())
+    failed = re.search(rf"model endpoint errors: {re.escape(server.url)} failed in (\d+) of "
+                       rf"(\d+) episodes \(first: .*overloaded, try later", out)
+    assert failed is not None, out
+    n, total = int(failed.group(1)), int(failed.group(2))
+    assert 0 < n < total
+    assert f"{n} of {total} episodes ended in a model error" in captured.err
+    assert server.url in captured.err
+    html = page.read_text(encoding="utf-8")
+    assert f'data-endpoint="{server.url}"' in html
+    assert f"failed in <b>{n}</b> of {total} episodes" in html
+    assert 'data-group="model_error"' in html  # its own segment of how episodes ended

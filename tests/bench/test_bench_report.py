@@ -100,8 +100,28 @@ def test_report_fails_cleanly_on_a_missing_or_broken_file(
     assert main(["report", str(broken)]) == 2
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n", encoding="utf-8")
-    assert main(["report", str(empty)]) == 1
+    assert main(["report", str(empty)]) == 2
     assert "broken.jsonl:2" in capsys.readouterr().err
+
+
+def test_report_refuses_a_file_with_no_call_record(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON lines that are not toolfault calls: exit 2, one line, no table with a tool None;
+    such lines beside real calls are left out of the figures."""
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"a": 1}\n{"type": "incident", "kind": "retry_cap"}\n', encoding="utf-8")
+    assert main(["report", str(other)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"toolfault report: error: {other} has no toolfault call "
+                                   f"record")
+    assert len(captured.err.strip().splitlines()) == 1
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"a": 1}\n{"type": "call", "tool": "search", "ok": true, "task": "t"}\n',
+                     encoding="utf-8")
+    summary = metrics_from_trace(read_trace(mixed))
+    assert summary.policies["toolfault"].calls == 1
+    assert set(summary.tools["toolfault"]) == {"search"}
 
 
 def _text(html: str) -> str:

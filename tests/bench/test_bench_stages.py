@@ -50,3 +50,37 @@ def test_report_shows_what_each_stage_changed(tmp_path: Path, capsys: Any) -> No
     assert main(["report", str(trace), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["policies"]["toolfault (observe)"]["would_cap"] == 1
+
+
+def test_the_page_labels_and_colours_each_mode_and_shows_the_stage_table(
+        tmp_path: Path) -> None:
+    """Each mode has its own colour and label on the page; the headline cards lead with
+    enforce's own figure and show observe's and shape's beside it; the terminal's "what
+    enforce would change" table is on the page too."""
+    import re
+
+    from toolfault.bench._html import colours
+
+    trace, page = tmp_path / "rollout.jsonl", tmp_path / "rollout.html"
+    for mode in ("observe", "shape", "enforce"):
+        _run(mode, trace)
+    assert main(["report", str(trace), "--report", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    summary = metrics_from_trace(read_trace(trace))
+    palette = colours(list(summary.policies))
+    assert len(set(palette.values())) == 3
+    card = html.split('data-kpi="longest_identical_run"')[1].split('<div class="vs">')[0]
+    figures = re.findall(r'data-policy="([^"]+)" style="color:(#[0-9a-f]{6})">.*?</i>'
+                         r'([^<]+)</span> (\d+)</div>', card)
+    assert [(p, c, label) for p, c, label, _ in figures] == [
+        ("toolfault", palette["toolfault"], "toolfault (enforce)"),
+        ("toolfault (observe)", palette["toolfault (observe)"], "toolfault (observe)"),
+        ("toolfault (shape)", palette["toolfault (shape)"], "toolfault (shape)"),
+    ]
+    values = {p: int(v) for p, _, _, v in figures}
+    assert values["toolfault"] == summary.policies["toolfault"].longest_identical_run == 2
+    assert values["toolfault (observe)"] == 4  # observe let every repeat through
+    table = html.split('data-table="stages"')[1].split("</table>")[0]
+    rows = re.findall(r'<tr data-policy="([^"]+)">', table)
+    assert rows == ["toolfault (observe)", "toolfault (shape)", "toolfault"]
+    assert "what enforce would change" in html and "would block" in table

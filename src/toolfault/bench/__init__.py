@@ -24,7 +24,13 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from toolfault.bench._agents import AGENTS
-from toolfault.bench._metrics import Metrics, Summary, metrics_from_trace, read_trace
+from toolfault.bench._metrics import (
+    Metrics,
+    Summary,
+    is_call_record,
+    metrics_from_trace,
+    read_trace,
+)
 from toolfault.bench._model import AgentModel, AgentTurn, OpenAICompatibleModel
 from toolfault.bench._policies import BENCH_LIMITS, POLICIES, POLICY_NAMES
 from toolfault.bench._runner import STEP_CAP, RunResult, Suite, quick_suite, run_suite
@@ -233,11 +239,18 @@ def bench_command(args: argparse.Namespace) -> int:
         err.print(f"wrote {path}", markup=False)
     if getattr(args, "trace", None):
         err.print(f"wrote {args.trace}", markup=False)
-    if models is not None and _all_model_errors(result):
+    if models is not None and summary.model_errors:
         from toolfault._cli import shown_url
 
-        error("bench", f"every episode ended in a model error: the endpoint at "
-                       f"{shown_url(args.model_url)} stopped answering chat completions")
+        failed = sum(e.episodes for e in summary.model_errors)
+        if failed == summary.episodes:
+            error("bench", f"every episode ended in a model error: the endpoint at "
+                           f"{shown_url(args.model_url)} stopped answering chat completions")
+        else:
+            error("bench", f"{failed} of {summary.episodes} episodes ended in a model error: "
+                           f"the endpoint at {shown_url(args.model_url)} failed during the "
+                           f"run, so those episodes measure nothing (see the page or the "
+                           f"trace for each error)")
         return 1
     return 0
 
@@ -253,11 +266,6 @@ def _write_page(path: str, summary: Summary, **kw: Any) -> Path | None:
         error("bench" if kw.get("source") == "bench" else "report",
               f"cannot write {path}: {exc.strerror or exc}")
         return None
-
-
-def _all_model_errors(result: RunResult) -> bool:
-    stops = [r.get("stop") for r in result.records if r.get("type") == "episode"]
-    return bool(stops) and all(stop == "model_error" for stop in stops)
 
 
 def _endpoint_problem(args: argparse.Namespace) -> str | None:
@@ -323,15 +331,16 @@ def report_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         error("report", str(exc))
         return 2
+    if not any(is_call_record(r) for r in records):
+        error("report", f"{path} has no toolfault call record (a line with \"type\": \"call\", "
+                        f"a \"tool\" and \"ok\", as Guard(trace=...) writes)")
+        return 2
     try:
         summary = metrics_from_trace(records)
     except (ValueError, TypeError, AttributeError) as exc:
         error("report", f"{path} is not a toolfault trace: a record has an unexpected value "
                         f"({type(exc).__name__}: {exc})")
         return 2
-    if not summary.policies:
-        error("report", f"{path} holds no call records (is it a toolfault trace?)")
-        return 1
     if getattr(args, "json", False):
         from toolfault._tokens import token_counter_name
 

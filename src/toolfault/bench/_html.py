@@ -17,7 +17,15 @@ from typing import Any, Literal
 from toolfault.bench._metrics import Metrics, Summary
 from toolfault.bench._policies import POLICIES, policy_labels
 from toolfault.bench._runner import CRASH_PREFIX, SILENT_PREFIX
-from toolfault.bench._table import INFERRED_NOTE, cells, legend
+from toolfault.bench._table import (
+    INFERRED_NOTE,
+    STAGE_COLUMNS,
+    cells,
+    has_model_errors,
+    legend,
+    stage_cells,
+    stages,
+)
 
 PALETTE: Mapping[str, str] = {
     "toolfault": "#0f9d8a",
@@ -26,7 +34,12 @@ PALETTE: Mapping[str, str] = {
     "blind_retry": "#e0594b",
     "langchain": "#6c6fd8",
 }
-_EXTRA = ("#0f9d8a", "#3b82c4", "#c05bb4", "#7a9a3a", "#d07a2e", "#5b6b7f")
+#: The guard's modes in a user's trace, each its own colour (enforce keeps toolfault's teal).
+MODE_PALETTE: Mapping[str, str] = {
+    "toolfault (observe)": "#3b82c4",
+    "toolfault (shape)": "#c05bb4",
+}
+_EXTRA = ("#7a9a3a", "#d07a2e", "#5b6b7f", "#3b82c4", "#c05bb4", "#b45309")
 _INK = "#1e293b"
 _MUTED = "#64748b"
 _GRID = "#e2e8f0"
@@ -37,11 +50,14 @@ def _e(value: object) -> str:
 
 
 def colours(policies: Sequence[str]) -> dict[str, str]:
-    """A stable colour per policy: the bench's own, then a palette for a trace's policies."""
+    """A stable colour per policy: the bench's own, one per guard mode, then a palette for a
+    trace's other policies (never a colour already taken, while the palette lasts)."""
     out: dict[str, str] = {}
-    extra = iter(_EXTRA * 4)
+    fixed = {**PALETTE, **MODE_PALETTE}
+    taken = {fixed[n] for n in policies if n in fixed}
+    extra = iter([c for c in _EXTRA if c not in taken] + list(_EXTRA) * 4)
     for name in policies:
-        out[name] = PALETTE.get(name) or next(extra)
+        out[name] = fixed.get(name) or next(extra)
     return out
 
 
@@ -72,6 +88,8 @@ def hbar_chart(chart: str, title: str, note: str, bars: Sequence[Bar], *,
     width, label_w, value_w, row_h, top = 560, 150, 74, 34, 16
     plot_w = width - label_w - value_w
     top_value = max_value or _nice_max(max([b.value for b in bars] + [m[0] for m in markers]))
+    if not percent and top_value < 4 and all(b.value == int(b.value) for b in bars):
+        top_value = 4.0  # counts: whole-number ticks (0 1 2 3 4), never 0.2 of a duplicate
     height = top + row_h * len(bars) + 26
     parts = [f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {width} {height}" '
              f'width="100%" role="img" aria-label="{_e(title)}" '
@@ -118,7 +136,16 @@ def stacked_chart(chart: str, title: str, note: str, rows: Sequence[tuple[str, s
     """100% stacked horizontal bars: how each policy's episodes ended."""
     width, label_w, row_h, top = 1080, 150, 34, 8
     plot_w = width - label_w - 16
-    height = top + row_h * len(rows) + 34
+    # The legend's entries, wrapped onto as many lines as the width needs.
+    keys: list[tuple[float, int]] = []
+    lx, line = float(label_w), 0
+    for _, seg_label, _ in segments:
+        step = 26 + 7.2 * len(seg_label)
+        if lx + step > width and lx > label_w:
+            lx, line = float(label_w), line + 1
+        keys.append((lx, line))
+        lx += step
+    height = top + row_h * len(rows) + 34 + 20 * line
     parts = [f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {width} {height}" '
              f'width="100%" role="img" aria-label="{_e(title)}" '
              f'xmlns="http://www.w3.org/2000/svg">']
@@ -140,18 +167,17 @@ def stacked_chart(chart: str, title: str, note: str, rows: Sequence[tuple[str, s
                 f'height="{row_h - 10}" fill="{colour}"><title>{_e(label)} · '
                 f'{_e(seg_label)}: {v:g} episodes ({share})</title></rect>')
             if w >= 34:
-                ink = "#ffffff" if seg in ("success", "budget", "step_cap", "crash") else _INK
+                ink = _INK if seg == "missed" else "#ffffff"
                 parts.append(f'<text x="{x + w / 2:.1f}" y="{y + row_h / 2 + 4:.1f}" '
                              f'font-size="11.5" font-weight="600" fill="{ink}" '
                              f'text-anchor="middle">{_e(share)}</text>')
             x += w
-    lx = float(label_w)
-    for _, seg_label, colour in segments:
-        parts.append(f'<rect x="{lx:.1f}" y="{height - 20}" width="11" height="11" rx="2" '
+    for (_, seg_label, colour), (kx, kline) in zip(segments, keys, strict=True):
+        ky = top + row_h * len(rows) + 14 + 20 * kline
+        parts.append(f'<rect x="{kx:.1f}" y="{ky}" width="11" height="11" rx="2" '
                      f'fill="{colour}"/>')
-        parts.append(f'<text x="{lx + 16:.1f}" y="{height - 11}" font-size="12" '
+        parts.append(f'<text x="{kx + 16:.1f}" y="{ky + 9}" font-size="12" '
                      f'fill="{_INK}">{_e(seg_label)}</text>')
-        lx += 26 + 7.2 * len(seg_label)
     parts.append("</svg>")
     return (f'<figure class="card wide"><h3>{_e(title)}</h3><p class="note">{_e(note)}</p>'
             f'{"".join(parts)}</figure>')
@@ -290,7 +316,17 @@ h2 + p.lead { margin: 0 0 14px; color: var(--muted); }
 .kpi .label { font-size:12.5px; text-transform:uppercase; letter-spacing:.06em;
   color:var(--muted); }
 .kpi .value { font-size:32px; font-weight:700; color:var(--teal); line-height:1.15;
-  margin-top:4px; }
+  margin-top:4px; display:flex; align-items:baseline; justify-content:space-between; gap:8px; }
+.kpi .mode { font-size:17px; font-weight:700; display:flex; align-items:baseline;
+  justify-content:space-between; gap:8px; margin-top:2px; }
+.kpi .who { font-size:12px; font-weight:600; color:var(--muted); white-space:nowrap;
+  display:inline-flex; align-items:center; gap:5px; order:-1; }
+.kpi .who i, i.swatch { width:9px; height:9px; border-radius:2px; display:inline-block; }
+i.swatch { margin-right:7px; }
+section.alert { background:#fdf4ff; border:1px solid #f0abfc; border-left:5px solid #a21caf;
+  border-radius:12px; padding:4px 18px 10px; margin-top:22px; }
+section.alert h2 { margin-top:10px; color:#86198f; }
+section.alert code { font-size:12px; }
 .kpi .vs { font-size:13px; color:var(--muted); margin-top:2px; }
 .kpi .vs b { color:#b45309; }
 .grid { display:grid; grid-template-columns: 1fr 1fr; gap:16px; }
@@ -307,7 +343,7 @@ h2 + p.lead { margin: 0 0 14px; color: var(--muted); }
 table { width:100%; border-collapse:collapse; background:#fff; border-radius:12px;
   overflow:hidden; border:1px solid var(--line); font-size:13px; }
 .scroll { overflow-x:auto; }
-th, td { padding:8px 9px; text-align:right; border-bottom:1px solid var(--line); }
+th, td { padding:8px 6px; text-align:right; border-bottom:1px solid var(--line); }
 td { white-space:nowrap; }
 th:first-child, td:first-child { text-align:left; }
 th { background:#f8fafc; font-weight:600; font-size:12px; color:var(--muted); }
@@ -341,12 +377,16 @@ def _legend(policies: Sequence[str], labels: Mapping[str, str], colour: Mapping[
     return f'<div class="legend">{items}</div>'
 
 
-def _kpis(summary: Summary, labels: Mapping[str, str]) -> str:
-    ours = {p: m for p, m in summary.policies.items() if p.startswith("toolfault")}
+def _kpis(summary: Summary, labels: Mapping[str, str], colour: Mapping[str, str]) -> str:
+    """The headline cards: toolfault's figure per mode, each labelled and in its colour, then
+    the baselines (best, median, worst).  Enforce leads: it is what a user ships."""
+    ours = stages(summary) or {p: m for p, m in summary.policies.items()
+                               if p.startswith("toolfault")}
     others = {p: m for p, m in summary.policies.items() if p not in ours}
     if not ours:
         return ""
-    name, mine = next(iter(ours.items()))
+    order = sorted(ours, key=lambda p: p != "toolfault")  # enforce first, then rollout order
+    lead = order[0]
 
     def versus(key: Callable[[Metrics], float], fmt: Callable[[float], str], *,
                lower_is_better: bool) -> str:
@@ -365,9 +405,16 @@ def _kpis(summary: Summary, labels: Mapping[str, str]) -> str:
                 f"({_e(labels[best])}) · median <b>{_e(fmt(median))}</b> · worst "
                 f"<b>{_e(fmt(key(others[worst])))}</b> ({_e(labels[worst])})")
 
-    def card(chart: str, label: str, value: str, vs: str) -> str:
+    def figure(policy: str, text: str, *, main: bool) -> str:
+        tag = "value" if main else "mode"
+        return (f'<div class="{tag}" data-policy="{_e(policy)}" style="color:{colour[policy]}">'
+                f'<span class="who"><i style="background:{colour[policy]}"></i>'
+                f'{_e(labels[policy])}</span> {_e(text)}</div>')
+
+    def card(chart: str, label: str, value: Callable[[Metrics], str], vs: str) -> str:
+        figures = "".join(figure(p, value(ours[p]), main=p == lead) for p in order)
         return (f'<div class="kpi" data-kpi="{chart}"><div class="label">{_e(label)}</div>'
-                f'<div class="value">{_e(value)}</div><div class="vs">{vs}</div></div>')
+                f'{figures}<div class="vs">{vs}</div></div>')
 
     def count(v: float) -> str:
         return f"{v:.0f}"
@@ -377,32 +424,69 @@ def _kpis(summary: Summary, labels: Mapping[str, str]) -> str:
 
     out = []
     dup_vs = versus(lambda m: m.duplicate_side_effects, count, lower_is_better=True)
-    where = [s for s, m in summary.scenarios.get(name, {}).items()
+    where = [s for s, m in summary.scenarios.get(lead, {}).items()
              if m.duplicate_side_effects and s != "(trace)"]
     if where:
         dup_vs += f"<br>toolfault's: all in {_e(', '.join(where))}"
-    star_d = "" if mine.duplicates_measured else "*"
-    star_s = "" if mine.success_measured else "*"
     out.append(card("duplicate_side_effects", "duplicate side effects",
-                    f"{mine.duplicate_side_effects}{star_d}", dup_vs))
+                    lambda m: f"{m.duplicate_side_effects}"
+                              f"{'' if m.duplicates_measured else '*'}", dup_vs))
     out.append(card("longest_identical_run", "longest identical loop",
-                    str(mine.longest_identical_run),
+                    lambda m: str(m.longest_identical_run),
                     versus(lambda m: m.longest_identical_run, count, lower_is_better=True)))
-    out.append(card("success_rate", "task success", f"{pct(mine.success_rate)}{star_s}",
+    out.append(card("success_rate", "task success",
+                    lambda m: f"{pct(m.success_rate)}{'' if m.success_measured else '*'}",
                     versus(lambda m: m.success_rate, pct, lower_is_better=False)))
     out.append(card("error_tokens_per_task", "error tokens per task",
-                    count(mine.error_tokens_per_task),
+                    lambda m: count(m.error_tokens_per_task),
                     versus(lambda m: m.error_tokens_per_task, count, lower_is_better=True)))
     return f'<section class="kpis">{"".join(out)}</section>'
 
 
-def _table(summary: Summary, labels: Mapping[str, str], *, trace: bool = False) -> str:
-    head = "".join(f'<th title="{_e(doc)}">{_e(h)}</th>' for h, doc in legend(trace=trace))
+def _stage_table(summary: Summary, labels: Mapping[str, str], colour: Mapping[str, str]
+                 ) -> str:
+    """The terminal's "what enforce would change" table, one row per mode in rollout order."""
+    found = stages(summary)
+    if not found:
+        return ""
+    head = "".join(f'<th title="{_e(doc)}">{_e(h.replace(chr(10), " "))}</th>'
+                   for h, doc in STAGE_COLUMNS)
+    rows = "".join(
+        f'<tr data-policy="{_e(p)}"><td><i class="swatch" style="background:{colour[p]}">'
+        f'</i>{_e(labels[p])}</td>{"".join(f"<td>{_e(c)}</td>" for c in stage_cells(m))}</tr>'
+        for p, m in found.items())
+    return ('<h2 id="stages">Rollout stages: what enforce would change</h2><p class="lead">'
+            'Observe and shape record what enforce would have done (the trace\'s shadow marks); '
+            'enforce records what it did.</p>'
+            f'<div class="scroll"><table data-table="stages"><thead><tr><th>mode</th>{head}'
+            f'</tr></thead><tbody>{rows}</tbody></table></div>')
+
+
+def _model_errors(summary: Summary) -> str:
+    """A banner naming each model endpoint that failed, and how many episodes it ended."""
+    if not summary.model_errors:
+        return ""
+    items = "".join(
+        f'<li data-endpoint="{_e(e.endpoint)}"><b>{_e(e.endpoint)}</b> failed in '
+        f'<b>{e.episodes}</b> of {summary.episodes} episodes; first error: '
+        f'<code>{_e(e.first_error)}</code></li>' for e in summary.model_errors)
+    return ('<section class="alert" data-alert="model_errors"><h2>Model endpoint errors</h2>'
+            '<p>These episodes ended because the model endpoint failed, not because of the '
+            'tools or any policy: they are counted apart ("model endpoint error") and say '
+            f'nothing about error handling.</p><ul>{items}</ul></section>')
+
+
+def _table(summary: Summary, labels: Mapping[str, str], colour: Mapping[str, str], *,
+           trace: bool = False) -> str:
+    errors = has_model_errors(summary)
+    head = "".join(f'<th title="{_e(doc)}">{_e(h)}</th>'
+                   for h, doc in legend(trace=trace, model_errors=errors))
     rows = []
     for policy, m in summary.policies.items():
         cls = ' class="toolfault"' if policy.startswith("toolfault") else ""
-        tds = "".join(f"<td>{_e(c)}</td>" for c in cells(m))
-        rows.append(f"<tr{cls}><td>{_e(labels[policy])}</td>{tds}</tr>")
+        tds = "".join(f"<td>{_e(c)}</td>" for c in cells(m, model_errors=errors))
+        rows.append(f'<tr{cls}><td><i class="swatch" style="background:{colour[policy]}"></i>'
+                    f'{_e(labels[policy])}</td>{tds}</tr>')
     return f'<div class="scroll"><table><thead><tr><th>policy</th>{head}</tr></thead>' \
            f'<tbody>{"".join(rows)}</tbody></table></div>'
 
@@ -519,15 +603,19 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
                    bars(lambda m: m.calls_per_task, lambda m: f"{m.calls_per_task:.1f}"),
                    better="lower is better"),
     ]
+    model_errors = has_model_errors(summary)
     endings = [("success", "goal reached", "#0f9d8a"),
                ("missed", "finished, goal missed", "#f3c98b"),
-               ("budget", "stopped by budget (incident)", "#5b7fa6"),
+               ("halted", "halted by the guard", "#1e3a5f"),
+               ("budget", "budget stop", "#5b7fa6"),
                ("step_cap", "looped to the step cap", "#e0594b"),
-               ("crash", "crashed", "#475569")]
+               ("crash", "crashed", "#475569")] + \
+        [("model_error", "model endpoint error", "#a21caf")] * model_errors
     ending_of: dict[str, Callable[[Metrics], float]] = {
         "success": lambda m: m.successes, "missed": lambda m: m.gave_up,
-        "budget": lambda m: m.budget_stops, "step_cap": lambda m: m.step_cap_hits,
-        "crash": lambda m: m.crashes,
+        "halted": lambda m: m.halts, "budget": lambda m: m.budget_stops,
+        "step_cap": lambda m: m.step_cap_hits, "crash": lambda m: m.crashes,
+        "model_error": lambda m: m.model_errors,
     }
     measured = success_measured
     ended = stacked_chart(
@@ -596,7 +684,8 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
         f"<dt>{_e(labels[p])}</dt><dd>{_e(_trace_policy(p))}</dd>" for p in policies)
     words_of_trace = not success_measured
     defs = "".join(f"<dt>{_e(h)}</dt><dd>{_e(doc)}</dd>"
-                   for h, doc in legend(trace=words_of_trace))
+                   for h, doc in legend(trace=words_of_trace,
+                                        model_errors=has_model_errors(summary)))
     if inferred:
         defs += f"<dt>*</dt><dd>{_e(INFERRED_NOTE.removeprefix('* '))}</dd>"
     if tokens_note:
@@ -642,7 +731,8 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
 <body><main>
 <header><h1><span>toolfault</span> {_e(title.removeprefix("toolfault").strip())}</h1>
 <p>{_e(subtitle)}</p>{token_line}</header>
-{_kpis(summary, labels)}
+{_model_errors(summary)}
+{_kpis(summary, labels, colour)}
 {intro}
 {note_html}
 {_legend(policies, labels, colour)}
@@ -650,10 +740,11 @@ def render_html(summary: Summary, *, title: str = "toolfault bench", subtitle: s
 {f'<h2 id="agents">Per agent</h2><p class="lead">{agents_lead}</p>'
  f'{_legend([p for p in policies if p in agents], labels, colour)}'
  f'<section class="grid">{agent_charts}</section>' if agent_charts else ""}
+{_stage_table(summary, labels, colour)}
 {breakdown}
 {seen}
 <h2 id="numbers">All numbers</h2><p class="lead">Hover a header for its definition.</p>
-{_table(summary, labels, trace=words_of_trace)}
+{_table(summary, labels, colour, trace=words_of_trace)}
 {star_note}
 <h2>Definitions</h2>
 <dl class="defs">{described}{defs}</dl>

@@ -17,9 +17,15 @@ Definitions (per task, i.e. per distinct ``task`` value; then summed or maxed pe
 - *retry*: a call with the same fingerprint as the previous call of the task, which failed.
 - *recovery*: a run of failures in a task that a later successful call ends.
 - *cap hits*: retry-cap terminal messages; *budget hits*: calls refused by a budget; both are
-  incidents.  *Step-cap loops*: episodes the harness ended at its hard step cap; *budget
-  stops*: episodes the agent loop ended because the guard refused a call over budget.
+  incidents.  *Step-cap loops*: episodes the harness ended at its hard step cap; *halts*:
+  episodes the guard's ladder ended (the turn halted after ignored blocks); *budget stops*:
+  episodes the agent loop ended because the guard refused a call over budget; *crashes*:
+  episodes the framework aborted with an exception; *model errors*: episodes the model
+  endpoint ended by failing (not the tools' doing: counted apart, per endpoint).
 - *gave up*: episodes the agent ended itself without reaching the goal (a reported failure).
+
+A *call record* is a line with ``type`` ``call`` (or no ``type``), a string ``tool`` and an
+``ok``: other lines are not calls, so a file without one is not a toolfault trace.
 """
 
 from __future__ import annotations
@@ -59,8 +65,10 @@ class Metrics:
     cap_hits: int = 0
     budget_hits: int = 0
     step_cap_hits: int = 0
+    halts: int = 0
     budget_stops: int = 0
     crashes: int = 0
+    model_errors: int = 0
     gave_up: int = 0
     #: Staged rollout (observe/shape modes): what enforce mode would have done differently.
     would_shape: int = 0
@@ -105,10 +113,18 @@ def _policy_of(record: Record) -> str:
     return "toolfault" if mode == "enforce" else f"toolfault ({mode})"
 
 
+def is_call_record(record: Record) -> bool:
+    """A line a guard (or the bench) wrote for one tool call."""
+    return record.get("type", "call") == "call" and isinstance(record.get("tool"), str) \
+        and "ok" in record
+
+
 def _tasks(records: Iterable[Record]) -> list[_Task]:
     tasks: dict[str, _Task] = {}
     for record in records:
         kind = record.get("type", "call")
+        if kind == "call" and not is_call_record(record):
+            continue
         if kind not in ("call", "episode"):
             continue
         key = str(record.get("task", "default"))
@@ -159,7 +175,7 @@ def _summarise(tasks: Sequence[_Task]) -> Metrics:
         return Metrics()
     successes = duplicates = calls = executions = tokens = retries = blocked = 0
     streaks = recoveries = cap_hits = budget_hits = step_caps = crashes = gave_up = longest = 0
-    budget_stops = 0
+    budget_stops = halts = model_errors = 0
     shadow = {"would_say": 0, "would_reject": 0, "would_block": 0, "would_be_terminal": 0,
               "would_exceed_budget": 0}
     success_measured = duplicates_measured = True
@@ -196,7 +212,9 @@ def _summarise(tasks: Sequence[_Task]) -> Metrics:
             stop = episode.get("stop")
             step_caps += stop == "step_cap"
             budget_stops += stop == "budget"
-            crashes += stop in ("crash", "model_error")
+            halts += stop == "halted"
+            crashes += stop == "crash"
+            model_errors += stop == "model_error"
             gave_up += stop == "finished" and not episode.get("success")
         else:
             success_measured = duplicates_measured = False
@@ -211,8 +229,9 @@ def _summarise(tasks: Sequence[_Task]) -> Metrics:
         longest_identical_run=longest, error_tokens=tokens, error_tokens_per_task=tokens / n,
         retries=retries, retry_rate=retries / calls if calls else 0.0, blocked=blocked,
         error_streaks=streaks, recoveries=recoveries, cap_hits=cap_hits,
-        budget_hits=budget_hits, step_cap_hits=step_caps, budget_stops=budget_stops,
-        crashes=crashes, gave_up=gave_up, would_shape=shadow["would_say"],
+        budget_hits=budget_hits, step_cap_hits=step_caps, halts=halts,
+        budget_stops=budget_stops, crashes=crashes, model_errors=model_errors, gave_up=gave_up,
+        would_shape=shadow["would_say"],
         would_reject=shadow["would_reject"], would_block=shadow["would_block"],
         would_cap=shadow["would_be_terminal"], would_exceed_budget=shadow["would_exceed_budget"],
     )
@@ -239,14 +258,36 @@ def _by_tool(tasks: Sequence[_Task]) -> dict[str, dict[str, Metrics]]:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointErrors:
+    """A model endpoint that failed during a run: how many episodes it ended, and why."""
+
+    endpoint: str
+    episodes: int
+    first_error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "episodes": self.episodes,
+                "first_error": self.first_error}
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
-    """Metrics per policy, and per policy broken down by agent, scenario and tool."""
+    """Metrics per policy, and per policy broken down by agent, scenario and tool.
+
+    ``model_errors``: the endpoints that ended episodes by failing (empty when none did).
+    """
 
     policies: dict[str, Metrics]
     agents: dict[str, dict[str, Metrics]]
     scenarios: dict[str, dict[str, Metrics]]
     tools: dict[str, dict[str, Metrics]]
     incidents: dict[str, int]
+    model_errors: tuple[EndpointErrors, ...] = ()
+
+    @property
+    def episodes(self) -> int:
+        """Episodes with a record of how they ended (0 for a user's trace)."""
+        return sum(m.tasks for m in self.policies.values() if m.success_measured)
 
     def to_dict(self) -> dict[str, Any]:
         def nested(value: dict[str, dict[str, Metrics]]) -> dict[str, Any]:
@@ -258,6 +299,7 @@ class Summary:
             "scenarios": nested(self.scenarios),
             "tools": nested(self.tools),
             "incidents": dict(self.incidents),
+            "model_errors": [e.to_dict() for e in self.model_errors],
         }
 
 
@@ -277,4 +319,17 @@ def metrics_from_trace(records: Iterable[Record]) -> Summary:
         scenarios=_by(tasks, "scenario"),
         tools=_by_tool(tasks),
         incidents=dict(sorted(incidents.items())),
+        model_errors=_endpoint_errors(records),
     )
+
+
+def _endpoint_errors(records: Sequence[Record]) -> tuple[EndpointErrors, ...]:
+    """Episodes ended by a failing model endpoint, per endpoint, in order of appearance."""
+    counts: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for record in records:
+        if record.get("type") == "episode" and record.get("stop") == "model_error":
+            endpoint = str(record.get("endpoint") or record.get("agent") or "(model)")
+            counts[endpoint] += 1
+            first.setdefault(endpoint, str(record.get("model_error") or "(no message)"))
+    return tuple(EndpointErrors(e, counts[e], first[e]) for e in first)

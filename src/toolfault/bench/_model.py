@@ -114,6 +114,8 @@ class OpenAICompatibleModel:
         self.client = _pick_client(client)
         self._tools: list[Mapping[str, Any]] = []
         self._sdk: Any = None
+        #: The base URL as reports name it (a password in it shown as ``***``).
+        self.endpoint = self._scrub(self.base_url)
 
     def reset(self, brief: TaskBrief, tools: Sequence[Mapping[str, Any]], seed: str) -> None:
         self._tools = [_portable_tool(t) for t in tools]

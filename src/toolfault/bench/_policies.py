@@ -32,7 +32,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from toolfault._fingerprint import fingerprint
 from toolfault._guard import Guard
 from toolfault._limits import Backoff, Limits
-from toolfault._tokens import count_tokens
+from toolfault._tokens import Tokenizer, count_tokens, token_counter_name
 from toolfault._trace import CallEvent
 from toolfault.bench._tasks import ToolCall, ToolDef
 
@@ -65,6 +65,8 @@ class CallOutcome:
     record: dict[str, Any]
     crashed: bool = False
     halt: bool = False
+    #: The halt was a budget refusal (the per-turn ceiling), not the ladder halting the turn.
+    budget: bool = False
 
 
 class PolicyRun(Protocol):
@@ -96,8 +98,11 @@ class ToolfaultRun:
     def __init__(self, tools: Sequence[ToolDef], limits: Limits = BENCH_LIMITS) -> None:
         self.waited = 0.0
         self._events: list[dict[str, Any]] = []
+        # The guard counts tokens with the counter the baselines' figures use (exact
+        # cl100k_base where installed), whatever the process happened to import first.
+        tokenizer: Tokenizer = "exact" if token_counter_name() == "cl100k_base" else "estimate"
         self.guard = Guard(limits=limits, sleep=self._sleep, scan_env_secrets=False,
-                           observers=[self._observe])
+                           observers=[self._observe], tokenizer=tokenizer)
         for tool in tools:
             self.guard.tool(name=tool.name, side_effect=tool.side_effect,
                             postcondition=tool.postcondition, alternatives=tool.alternatives,
@@ -117,8 +122,9 @@ class ToolfaultRun:
         result = self.guard.call(call.name, call.arguments, call_id=call.id)
         # A budget refusal or a halt is the guard ending the turn: the loop stops and reports
         # the incident, as an adopter wires it (see docs/bench.md).
+        budget = result.code == "budget_exceeded"
         return CallOutcome(result.text, result.ok, self._events.pop(),
-                           halt=result.halt or result.code == "budget_exceeded")
+                           halt=result.halt or budget, budget=budget)
 
     def finish(self) -> list[dict[str, Any]]:
         return [{"type": "incident", **incident.to_dict()} for incident in self.guard.incidents]
@@ -339,6 +345,18 @@ POLICIES: Mapping[str, Policy] = {
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
 
+#: The guard's modes, in rollout order, as a trace's policy names spell them.
+MODE_POLICIES: Mapping[str, str] = {"toolfault (observe)": "observe",
+                                    "toolfault (shape)": "shape", "toolfault": "enforce"}
+
+
 def policy_labels(names: Iterable[str]) -> dict[str, str]:
-    """Display labels for policy names (unknown names, e.g. from a user's trace, as they are)."""
-    return {name: POLICIES[name].label if name in POLICIES else name for name in names}
+    """Display labels for policy names (unknown names, e.g. from a user's trace, as they are).
+
+    Beside a trace's other modes, plain ``toolfault`` reads ``toolfault (enforce)``: every mode
+    is named, none is implied.
+    """
+    names = list(names)
+    modes = any(n in MODE_POLICIES and n != "toolfault" for n in names)
+    return {name: "toolfault (enforce)" if modes and name == "toolfault" else
+            POLICIES[name].label if name in POLICIES else name for name in names}

@@ -123,7 +123,12 @@ def run_suite(
 def run_episode(item: Scenario, run: PolicyRun, ref: WorldRef, agent: AgentModel,
                 schemas: Sequence[Mapping[str, Any]], suite: Suite, meta: Mapping[str, Any],
                 emit: Callable[[dict[str, Any]], None]) -> str | None:
-    """One conversation until the agent answers, the step cap, a crash or a model error.
+    """One conversation until the agent answers, the step cap, a halt, a crash or a model error.
+
+    How it ended is the episode record's ``stop``: ``finished``, ``step_cap``, ``halted`` (the
+    guard's ladder ended the turn), ``budget`` (a call over the per-turn budget was refused),
+    ``crash`` (the framework re-raised) or ``model_error`` (the model endpoint failed; the
+    record then names the ``endpoint`` and the ``model_error``).
 
     Returns the first error text the model was shown (``None`` if there was none).
     """
@@ -140,11 +145,14 @@ def run_episode(item: Scenario, run: PolicyRun, ref: WorldRef, agent: AgentModel
     calls = 0
     stop = "finished"
     first_error: str | None = None
+    model_error: dict[str, str] = {}
     while stop == "finished":
         try:
             turn = agent.next_turn(messages)
-        except ModelError:
+        except ModelError as exc:
             stop = "model_error"
+            model_error = {"endpoint": str(getattr(agent, "endpoint", "") or agent.name),
+                           "model_error": str(exc)}
             break
         if not turn.calls:
             break
@@ -165,7 +173,7 @@ def run_episode(item: Scenario, run: PolicyRun, ref: WorldRef, agent: AgentModel
                                    f"{outcome.text} and the agent run ended)")
                 break
             if outcome.halt:
-                stop = "budget"
+                stop = "budget" if outcome.budget else "halted"
                 break
             if first_error is None and not looks_successful(outcome.text):
                 first_error = outcome.text
@@ -181,6 +189,6 @@ def run_episode(item: Scenario, run: PolicyRun, ref: WorldRef, agent: AgentModel
         "success": stop == "finished" and world.goal_met(), "calls": calls,
         "executions": world.executions, "side_effects": world.side_effects,
         "duplicate_side_effects": world.duplicates, "stray_side_effects": world.stray,
-        "waited_s": round(run.waited, 3),
+        "waited_s": round(run.waited, 3), **model_error,
     })
     return first_error

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolfault.bench._metrics import Metrics, Summary
-from toolfault.bench._policies import policy_labels
+from toolfault.bench._policies import MODE_POLICIES, policy_labels
 
 #: Outcome columns: (header, definition).
 OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -19,11 +19,17 @@ OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("longest\nloop", "longest run of identical failing calls that reached the tool"),
     ("goal\nmissed", "the agent finished without reaching the goal (it reported a failure, "
      "or the world ended up wrong, e.g. a duplicate charge)"),
+    ("halted", "episodes the guard's ladder ended: the model kept calling after its calls "
+     "were blocked, and the turn was halted (a reported incident)"),
     ("budget\nstop", "episodes the loop ended when the guard refused a call over the per-turn "
      "budget (a reported incident)"),
     ("step\ncap", "episodes that ran into the harness's hard step cap: a loop"),
     ("crash", "episodes the framework aborted with an exception"),
+    ("model\nerror", "episodes the model endpoint ended by failing (an HTTP error, a timeout, "
+     "an answer that is not a chat completion): not the tools' doing"),
 )
+#: The column only a run with model endpoint errors shows.
+MODEL_ERROR_COLUMN = "model\nerror"
 #: Cost columns: (header, definition).
 COST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("calls/\ntask", "tool calls the model made per task"),
@@ -36,6 +42,15 @@ COST_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+def model_errors_note(summary: Summary) -> str:
+    """Which endpoints failed and how many episodes each ended (``""`` when none did)."""
+    episodes = summary.episodes
+    return "\n".join(
+        f"model endpoint errors: {e.endpoint} failed in {e.episodes} of {episodes} episodes "
+        f"(first: {e.first_error}); those episodes say nothing about the tools"
+        for e in summary.model_errors)
+
+
 #: What the ``*`` beside a figure means, in the terminal and on the page.
 INFERRED_NOTE = ("* inferred from the calls (the trace has no episode records): a task counts "
                  "as a success when its last call succeeded, a duplicate when one side-effect "
@@ -46,14 +61,27 @@ def _pct(value: float) -> str:
     return f"{value * 100:.0f}%"
 
 
-def outcome_cells(m: Metrics) -> list[str]:
+def has_model_errors(summary: Summary) -> bool:
+    """Whether any episode ended in a model endpoint error (then its column is shown)."""
+    return any(m.model_errors for m in summary.policies.values())
+
+
+def outcome_columns(summary: Summary) -> tuple[tuple[str, str], ...]:
+    """The outcome columns for ``summary``: "model error" only when there were any."""
+    if has_model_errors(summary):
+        return OUTCOME_COLUMNS
+    return tuple(c for c in OUTCOME_COLUMNS if c[0] != MODEL_ERROR_COLUMN)
+
+
+def outcome_cells(m: Metrics, *, model_errors: bool = False) -> list[str]:
     """Outcome figures; ``*`` marks an inferred one, ``–`` one only episode records hold."""
     success = _pct(m.success_rate) + ("" if m.success_measured else "*")
     dups = f"{m.duplicate_side_effects}" + ("" if m.duplicates_measured else "*")
+    endings = [m.gave_up, m.halts, m.budget_stops, m.step_cap_hits, m.crashes] + \
+        [m.model_errors] * model_errors
     if not m.success_measured:  # no episode records: how episodes ended is unknown, not 0
-        return [success, dups, str(m.longest_identical_run), "–", "–", "–", "–"]
-    return [success, dups, str(m.longest_identical_run), str(m.gave_up), str(m.budget_stops),
-            str(m.step_cap_hits), str(m.crashes)]
+        return [success, dups, str(m.longest_identical_run)] + ["–"] * len(endings)
+    return [success, dups, str(m.longest_identical_run), *map(str, endings)]
 
 
 def cost_cells(m: Metrics) -> list[str]:
@@ -62,9 +90,9 @@ def cost_cells(m: Metrics) -> list[str]:
             f"{m.recoveries}/{m.error_streaks}", str(m.cap_hits + m.budget_hits)]
 
 
-def cells(m: Metrics) -> list[str]:
+def cells(m: Metrics, *, model_errors: bool = False) -> list[str]:
     """One full row: outcome columns, then cost columns."""
-    return outcome_cells(m) + cost_cells(m)
+    return outcome_cells(m, model_errors=model_errors) + cost_cells(m)
 
 
 def _style(name: str) -> str:
@@ -128,32 +156,47 @@ def stage_cells(m: Metrics) -> list[str]:
             str(m.cap_hits + m.budget_hits)]
 
 
+def stages(summary: Summary) -> dict[str, Metrics]:
+    """The rollout stages a trace holds, in rollout order (observe, shape, enforce, others);
+    empty unless it holds a mode other than enforce."""
+    found = {name: m for name, m in summary.policies.items() if name.startswith("toolfault")}
+    if not any(name in MODE_POLICIES and name != "toolfault" for name in found):
+        return {}
+    order = list(MODE_POLICIES)
+    return dict(sorted(found.items(),
+                       key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
 def stage_table(summary: Summary) -> Table | None:
     """Per rollout stage (observe / shape / enforce): what changed and what would have."""
-    stages = {name: m for name, m in summary.policies.items() if name.startswith("toolfault")}
-    if len(stages) < 2 and not any("(" in name for name in stages):
+    found = stages(summary)
+    if not found:
         return None
     table = Table(title="rollout stages: what enforce would change", box=box.SIMPLE_HEAD,
                   title_justify="left", title_style="bold")
     table.add_column("stage")
     for header, _ in STAGE_COLUMNS:
         table.add_column(header, justify="right")
-    for name, m in stages.items():
-        table.add_row(Text(name), *stage_cells(m))
+    labels = policy_labels(summary.policies)
+    for name, m in found.items():
+        table.add_row(Text(labels[name]), *stage_cells(m))
     return table
 
 
 def render(summary: Summary, *, title: str = "toolfault bench", breakdowns: bool = True,
            note: str | None = None) -> Group:
     """Everything the terminal shows; ``note`` names the token counter behind the figures."""
+    errors = has_model_errors(summary)
     parts: list[Table | Text] = [
-        policy_table(summary, title=f"{title} — outcomes", columns=OUTCOME_COLUMNS,
-                     row=outcome_cells),
+        policy_table(summary, title=f"{title} — outcomes", columns=outcome_columns(summary),
+                     row=lambda m: outcome_cells(m, model_errors=errors)),
         policy_table(summary, title="cost", columns=COST_COLUMNS, row=cost_cells),
     ]
-    stages = stage_table(summary)
-    if stages is not None:
-        parts.append(stages)
+    if errors:
+        parts.append(Text(model_errors_note(summary), style="bold red"))
+    stage = stage_table(summary)
+    if stage is not None:
+        parts.append(stage)
     inferred = any(not m.success_measured or not m.duplicates_measured
                    for m in summary.policies.values())
     if inferred:
@@ -190,18 +233,23 @@ TRACE_DEFINITIONS: Mapping[str, str] = {
     "dup. effects": "calls to side-effect tools with the same arguments that landed more than "
                     "once, as the trace shows (* inferred: the tools did not count them)",
     "goal missed": "needs episode records (the bench writes them); – when the trace has none",
+    "halted": "needs episode records; – when the trace has none",
     "budget stop": "needs episode records; – when the trace has none",
     "step cap": "needs episode records; – when the trace has none",
     "crash": "needs episode records; – when the trace has none",
+    "model error": "needs episode records; – when the trace has none",
     "calls/task": "tool calls recorded per task",
 }
 
 
-def legend(*, trace: bool = False) -> list[tuple[str, str]]:
+def legend(*, trace: bool = False, model_errors: bool = False) -> list[tuple[str, str]]:
     """Column names and what they mean (the HTML page shows the same legend).
 
-    ``trace=True``: the words for a user's trace without episode records.
+    ``trace=True``: the words for a user's trace without episode records;
+    ``model_errors``: include the column only a run with model endpoint errors shows.
     """
+    outcome = OUTCOME_COLUMNS if model_errors else tuple(
+        c for c in OUTCOME_COLUMNS if c[0] != MODEL_ERROR_COLUMN)
     out = [(h.replace("-\n", "").replace("/\n", "/").replace("\n", " "), d)
-           for h, d in OUTCOME_COLUMNS + COST_COLUMNS]
+           for h, d in outcome + COST_COLUMNS]
     return [(h, TRACE_DEFINITIONS.get(h, d)) for h, d in out] if trace else out
