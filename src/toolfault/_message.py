@@ -401,7 +401,7 @@ def _cut(text: str, problem: dict[str, Any], budget: int,
     little over budget: the instruction matters more than its size)."""
     lines = text.split("\n")
     problem = dict(problem)
-    named = " ".join(line for line in lines if line.startswith(("Reason: ", "Next action: ")))
+    named = _instruction_words(lines)
     for label, field in _CUTTABLE:
         index = next((i for i, line in enumerate(lines) if line.startswith(label)), None)
         if index is None:
@@ -418,6 +418,22 @@ def _cut(text: str, problem: dict[str, Any], budget: int,
         lines = [shorten(line, _within(count, per, "")) for line in lines]
         text = "\n".join(line if line.endswith(".") else line + "." for line in lines)
     return text, problem
+
+
+def _line(lines: list[str], label: str) -> str:
+    """The text after ``label`` on the line that starts with it ("" when none does)."""
+    return next((line[len(label):] for line in lines if line.startswith(label)), "")
+
+
+def _instruction_words(lines: list[str]) -> str:
+    """The words that say which arguments the message is about: the next action's when it
+    names an argument (it names the one to change), else the reason's."""
+    body = _line(lines, "Rejected arguments: ").rstrip(".")
+    for label in ("Next action: ", "Reason: "):
+        words = _line(lines, label)
+        if _names_any(body, words):
+            return words
+    return ""
 
 
 def _cut_line(lines: list[str], index: int, label: str, named: str, budget: int,

@@ -1,7 +1,8 @@
 """Generated hostile calls: any name, any arguments, tools that misbehave in every way.
 
 Each generated call is checked for what the contract promises: it returns (never raises),
-within the deadline, a well-formed message within the token budget, with no canary secret.
+within the deadline, a well-formed message within twice the token budget, with no canary
+secret.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ def check(guard: Guard, result: Any, elapsed: float, tally: Tally) -> None:
         if not (FOUR_PART.match(result.text) or TERMINAL.match(result.text)):
             tally.malformed += 1
             tally.note(f"malformed: {result.text}")
-        if count_tokens(result.text) > guard.catalog.token_budget:
+        # The code and the next action are never cut: a message may pass its budget, never
+        # twice over (then every line is cut).
+        if count_tokens(result.text) > 2 * guard.catalog.token_budget:
             tally.over_budget += 1
             tally.note(f"over budget: {result.text}")
 

@@ -68,7 +68,7 @@ def render(f: dict[str, Any]) -> str:
         f"| raised into the caller | {t.raises} |",
         f"| returned past the deadline ({_hostile.DEADLINE} s + 2 s slack) | {t.hangs} |",
         f"| slowest call | {t.slowest:.2f} s |",
-        f"| messages over the token budget | {t.over_budget} |",
+        f"| messages over twice the token budget | {t.over_budget} |",
         f"| malformed messages (not the four-part or terminal shape) | {t.malformed} |",
         f"| canary secret in text, tool name or data | {t.leaks} |",
         "",
