@@ -35,7 +35,7 @@ from toolfault._ladder import Ladder
 from toolfault._limits import Limits
 from toolfault._pipeline import Pipeline
 from toolfault._progress import Progress
-from toolfault._records import Incident, LedgerEntry
+from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import LOG_FILTER, Redactor
 from toolfault._result import ToolResult
 from toolfault._returned import default_error_result
@@ -286,6 +286,11 @@ class Guard:
     def incidents(self) -> list[Incident]:
         """Incidents of the current task (cap hits, budget hits, degraded state, mismatches)."""
         return self._store.incidents(self.task_id)
+
+    def record_incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
+        """Record an incident of your own (what wraps the guard saw: a restarted server),
+        redacted, in the store and the trace, beside the guard's own."""
+        self._emitter.incident(kind, tool, code, detail)
 
     @property
     def ledger(self) -> list[LedgerEntry]:

@@ -30,6 +30,8 @@ class IncidentKind(enum.Enum):
     NO_PROGRESS = "no_progress"
     #: One tool failed ``Limits.max_tool_failures_per_turn`` times in a row: blocked for the turn.
     TOOL_BLOCKED = "tool_blocked"
+    #: ``toolfault proxy`` restarted the MCP server it guards after it died.
+    UPSTREAM_RESTART = "upstream_restart"
     #: After a store outage, an idempotency key held locally was found claimed by another
     #: worker in the shared store: the same action may have run twice.
     KEY_CONFLICT = "key_conflict"

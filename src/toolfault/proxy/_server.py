@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextvars
 import copy
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pydantic import BaseModel
 
 from toolfault._errors import ConfigurationError, Outcome, ToolError
 from toolfault._guard import Guard
+from toolfault._records import IncidentKind
 from toolfault._result import ToolResult
 from toolfault.adapters.mcp import (
     ERROR_META_KEY,
@@ -418,17 +418,10 @@ class Proxy:
 
     # -- incidents -----------------------------------------------------------------------
     def restarted(self, count: int, reason: str) -> None:
-        """An upstream restart: an incident in the trace (and the log, said by Upstream)."""
-        if self._trace is None:
-            return
-        line = {"type": "incident", "kind": "upstream_restart", "tool": "*",
-                "code": "unavailable", "detail": f"restart {count}: {reason}",
-                "task": self.guard.task_id, "turn": self.guard.turn}
-        try:
-            self._trace.write(json.dumps(line, separators=(",", ":")) + "\n")
-            self._trace.flush()
-        except (OSError, ValueError):
-            log.info("toolfault proxy could not write an incident to the trace")
+        """An upstream restart: an incident (``guard.incidents`` and the trace; the log line
+        is Upstream's)."""
+        self.guard.record_incident(IncidentKind.UPSTREAM_RESTART, "*", "unavailable",
+                                   f"restart {count}: {reason}")
 
 
 def _as_sent(result: types.CallToolResult, modern: bool) -> types.CallToolResult | dict[str, Any]:
