@@ -29,19 +29,36 @@ guard = Guard(task_id="langgraph-demo")
 @guard.tool(alternatives={"search_flights_any_price": "if no budget constraint applies"})
 def search_flights(origin: str, destination: str,
                    max_price: Annotated[int, Field(gt=0)]) -> dict[str, Any]:
-    """Find flights between two airports at or under a price (USD)."""
+    """Find flights between two airports at or under a price (USD). Use it when the user
+    gave a budget.
+
+    Args:
+        origin: IATA code of the departure airport, e.g. SFO.
+        destination: IATA code of the arrival airport, e.g. JFK.
+        max_price: the most the user will pay, in USD.
+    """
     return {"flights": [f for f in FLIGHTS if f["price"] <= max_price]}
 
 
 @guard.tool
 def search_flights_any_price(origin: str, destination: str) -> dict[str, Any]:
-    """Find flights between two airports at any price."""
+    """Find flights between two airports at any price. Use it when the user gave no budget.
+
+    Args:
+        origin: IATA code of the departure airport, e.g. SFO.
+        destination: IATA code of the arrival airport, e.g. JFK.
+    """
     return {"flights": FLIGHTS}
 
 
 @guard.tool
 def get_fare(flight_id: str) -> dict[str, Any]:
-    """Current fare of a flight; the fare service drops the first request per flight."""
+    """Current fare of a flight. Use it before booking, to quote the price (the fare
+    service drops the first request per flight).
+
+    Args:
+        flight_id: the flight's id as search_flights returned it, e.g. UA 123.
+    """
     _fare_calls[flight_id] = _fare_calls.get(flight_id, 0) + 1
     if _fare_calls[flight_id] == 1:
         raise ConnectionError("fare service connection reset")  # retried inside the guard

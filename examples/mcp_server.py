@@ -70,7 +70,8 @@ def _matching(origin: str, destination: str) -> list[dict[str, Any]]:
 def search_flights(
     origin: str, destination: str, max_price: Annotated[int, Field(gt=0)]
 ) -> dict[str, Any]:
-    """Find flights between two airports at or under a price.
+    """Find flights between two airports at or under a price. Use it when the user gave a
+    budget.
 
     Args:
         origin: IATA airport code, e.g. SFO.
@@ -83,7 +84,7 @@ def search_flights(
 
 @guard.tool
 def search_flights_any_price(origin: str, destination: str) -> dict[str, Any]:
-    """Find flights between two airports at any price.
+    """Find flights between two airports at any price. Use it when the user gave no budget.
 
     Args:
         origin: IATA airport code, e.g. SFO.
@@ -94,7 +95,8 @@ def search_flights_any_price(origin: str, destination: str) -> dict[str, Any]:
 
 @guard.tool
 def get_fare(flight_id: str) -> dict[str, Any]:
-    """Current fare of a flight, from a fare service that drops the first request per flight.
+    """Current fare of a flight. Use it before booking, to quote the price (the fare service
+    drops the first request per flight).
 
     Args:
         flight_id: A flight id from search_flights, e.g. TF100.

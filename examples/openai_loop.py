@@ -28,7 +28,11 @@ guard = Guard()
 
 @guard.tool
 def get_weather(city: str) -> str:
-    """Current weather for a city."""
+    """Current weather for a city. Use it when the user asks about the weather.
+
+    Args:
+        city: the city's name, e.g. Oslo.
+    """
     return f"sunny in {city}"
 
 
