@@ -30,6 +30,22 @@ MARK = re.compile(r"<!--\s*docs-test:\s*compile-only\b(?P<why>[^>]*)-->\s*$")
 TIME_LIMIT = 120
 
 
+#: Appended to each block: every guard it left behind passes ``toolfault lint`` (the docs
+#: show users tools that lint accepts, alternatives that exist among them).
+LINT_EVERY_GUARD = """
+
+import toolfault as _toolfault
+from toolfault._lint import lint_guard as _lint_guard
+
+_findings = [f"{_name}: {_finding.where}: {_finding.problem}"
+             for _name, _guard in list(globals().items())
+             if isinstance(_guard, _toolfault.Guard) and _guard.tools
+             for _finding in _lint_guard(_guard) if _finding.severity == "error"]
+if _findings:
+    raise SystemExit("toolfault lint: " + "; ".join(_findings))
+"""
+
+
 @dataclass(frozen=True)
 class Block:
     """One fenced python block of a docs page."""
@@ -85,7 +101,7 @@ def test_docs_python_block_runs_as_written(block: Block, tmp_path: Path) -> None
         assert code is not None
         return
     script = tmp_path / "example.py"
-    script.write_text(block.source, encoding="utf-8")
+    script.write_text(block.source + LINT_EVERY_GUARD, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
