@@ -50,7 +50,11 @@ def test_overhead_json_names_every_timing_ratio_and_target(
         assert data["ratios"][ratio] > 0
     assert set(data["targets"]) == {"success_dict", "success_json", "success_trace",
                                     "failure", "otel_extra", "first_failure",
-                                    "imports_at_call"}
+                                    "imports_at_call", "import", "guard_construction",
+                                    "first_result", "success_nested", "success_nested_json",
+                                    "success_dict_any", "success_dict_any_json"}
+    for shape in ("nested", "dict_any"):
+        assert data["ratios"][f"guarded_{shape}/stamina_{shape}"] > 0
     assert data["targets"]["success_dict"]["met"] in (True, False)
     assert data["targets"]["first_failure"]["met"] is None  # not measured: process=False
     assert main(["bench", "--overhead"]) == 0

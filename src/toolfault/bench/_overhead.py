@@ -34,12 +34,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from toolfault._fingerprint import fingerprint
 from toolfault._guard import Guard
 from toolfault._trace import CallEvent
 
 #: A guarded success should cost at most this fraction of a stamina-decorated call.
-TARGET_VS_STAMINA = 0.5
+TARGET_VS_STAMINA = 0.6
+#: ... and on the richer shapes a user has (a nested pydantic model, ``dict[str, Any]``).
+TARGET_SHAPES_VS_STAMINA = 1.0
 
 Cabin = Literal["economy", "premium", "business", "first"]
 
@@ -51,6 +55,40 @@ def search_flights(origin: str, max_stops: int, max_price: float, airlines: list
         raise ValueError("max_price must be greater than 0")
     return {"origin": origin, "cabin": cabin, "offers": len(airlines) * (max_stops + 1)}
 
+
+class Passenger(BaseModel):
+    """A nested model, as tools that take structured input declare it."""
+
+    name: str
+    age: int
+    seat: str | None = None
+    loyalty: dict[str, str] = {}
+
+
+def book_trip(origin: str, destination: str, depart: str, back: str | None,
+              passengers: list[Passenger], cabin: Cabin, max_price: float, flexible: bool,
+              notes: str = "") -> dict[str, Any]:
+    """Nine parameters, one a list of nested models: the shape of a real booking tool."""
+    return {"origin": origin, "destination": destination, "people": len(passengers),
+            "cabin": cabin, "flexible": flexible}
+
+
+def update_record(record_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A free-form ``dict[str, Any]`` parameter: what CRUD tools take."""
+    return {"id": record_id, "updated": sorted(fields)}
+
+
+SHAPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "nested": (book_trip, {
+        "origin": "SFO", "destination": "JFK", "depart": "2026-12-24", "back": None,
+        "passengers": [{"name": "Ada", "age": 36, "loyalty": {"UA": "gold"}},
+                       {"name": "Alan", "age": 41, "seat": "12C"}],
+        "cabin": "economy", "max_price": 900.0, "flexible": True}),
+    "dict_any": (update_record, {
+        "record_id": "R-17", "fields": {"status": "shipped", "items": [1, 2, 3],
+                                        "address": {"city": "Oslo", "zip": "0150"},
+                                        "priority": 2.5, "gift": False}}),
+}
 
 ARGS: dict[str, Any] = {"origin": "SFO", "max_stops": 1, "max_price": 420.5,
                         "airlines": ["UA", "AA", "DL"], "cabin": "economy"}
@@ -120,6 +158,40 @@ def guarded(*, hook: bool = False, as_json: bool = False) -> Callable[[], Any]:
     return _turns(guard, TURN_JSON if as_json else TURN)
 
 
+def guarded_shape(shape: str, *, as_json: bool = False) -> Callable[[], Any]:
+    """A guarded success on one of :data:`SHAPES` (four different calls per turn)."""
+    fn, args = SHAPES[shape]
+    guard = Guard(scan_env_secrets=False)
+    guard.tool(fn)
+    calls = [{**args, next(iter(args)): f"{args[next(iter(args))]}-{i}"} for i in range(4)]
+    order = itertools.cycle([(i == 0, json.dumps(a) if as_json else a)
+                             for i, a in enumerate(calls)])
+    name = fn.__name__
+
+    def run() -> Any:
+        first, call_args = next(order)
+        if first:
+            guard.new_turn()
+        result = guard.call(name, call_args)
+        result.text  # noqa: B018 - what the loop hands the model
+        return result
+
+    return run
+
+
+def stamina_shape(shape: str, *, as_json: bool = False) -> Callable[[], Any] | None:
+    """stamina around the same tool, given the same arguments (parsed when JSON)."""
+    wrapped = _stamina_wrapped(SHAPES[shape][0])
+    if wrapped is None:
+        return None
+    args = SHAPES[shape][1]
+    text = json.dumps(args)
+    dumps, loads = json.dumps, json.loads
+    if as_json:
+        return lambda: dumps(wrapped(**loads(text)))
+    return lambda: dumps(wrapped(**args))
+
+
 def guarded_trace() -> Callable[[], Any]:
     """A guarded success writing one JSONL trace line per call to a real file, opened by
     the guard as a user's ``Guard(trace=path)`` opens it (append mode)."""
@@ -154,12 +226,12 @@ def with_tenacity() -> Callable[[], Any]:
     return _texted(wrapped, as_json=False)
 
 
-def _stamina_wrapped() -> Callable[..., Any] | None:
+def _stamina_wrapped(fn: Callable[..., Any] = search_flights) -> Callable[..., Any] | None:
     try:
         import stamina
     except ImportError:
         return None
-    wrapped: Callable[..., Any] = stamina.retry(on=ConnectionError, attempts=3)(search_flights)
+    wrapped: Callable[..., Any] = stamina.retry(on=ConnectionError, attempts=3)(fn)
     return wrapped
 
 
@@ -272,6 +344,12 @@ def _contenders() -> list[tuple[str, str, Callable[[], Any] | None]]:
         ("stamina", "stamina.retry (dict)", with_stamina()),
         ("stamina_json", "stamina.retry (json.loads + call)", with_stamina(as_json=True)),
         ("stamina_failure", "stamina.retry, failing call", stamina_failure()),
+        *((f"guarded_{shape}{suffix}", f"guarded success, {shape} tool ({kind})",
+           guarded_shape(shape, as_json=bool(suffix)))
+          for shape in SHAPES for suffix, kind in (("", "dict"), ("_json", "JSON string"))),
+        *((f"stamina_{shape}{suffix}", f"stamina.retry, {shape} tool ({kind})",
+           stamina_shape(shape, as_json=bool(suffix)))
+          for shape in SHAPES for suffix, kind in (("", "dict"), ("_json", "json.loads + call"))),
         ("fingerprint_1kb", "fingerprint 1 KB args", fingerprinting(1_000)),
         ("fingerprint_100kb", "fingerprint 100 KB args", fingerprinting(100_000)),
     ]
@@ -307,6 +385,10 @@ def measure(*, repeat: int = 7, budget: float = 0.03, process: bool = True) -> O
             "guarded_failure/stamina_failure": t["guarded_failure"] / t["stamina_failure"],
             "stamina/bare": t["stamina"] / t["bare"],
         })
+        for shape in SHAPES:
+            for suffix in ("", "_json"):
+                ratios[f"guarded_{shape}{suffix}/stamina_{shape}{suffix}"] = \
+                    t[f"guarded_{shape}{suffix}"] / t[f"stamina_{shape}{suffix}"]
     proc = _process_figures(repeat) if process else {}
     stores = _store_figures() if process else {}
     targets = _targets(ratios, proc) + [
@@ -339,6 +421,11 @@ def _targets(ratios: dict[str, float], proc: dict[str, Any]) -> list[Target]:
                get(ratios, "guarded/stamina"), TARGET_VS_STAMINA, "×"),
         Target("success_json", "guarded success, JSON args × stamina (same json.loads)",
                get(ratios, "guarded_json/stamina_json"), TARGET_VS_STAMINA, "×"),
+        *(Target(f"success_{shape}{suffix}",
+                 f"guarded success, {shape} tool, {kind} args × stamina",
+                 get(ratios, f"guarded_{shape}{suffix}/stamina_{shape}{suffix}"),
+                 TARGET_SHAPES_VS_STAMINA, "×")
+          for shape in SHAPES for suffix, kind in (("", "dict"), ("_json", "JSON"))),
         Target("success_trace", "guarded success with JSONL trace × stamina",
                get(ratios, "guarded_trace/stamina_json"), 1.0, "×"),
         Target("failure", "first-time failure × stamina failing call",
@@ -349,6 +436,12 @@ def _targets(ratios: dict[str, float], proc: dict[str, Any]) -> list[Target]:
                get(proc, "first_failure_ms"), 5.0, "ms"),
         Target("imports_at_call", "modules imported by the first failure",
                get(proc, "first_failure_new_modules"), 0.0, "modules"),
+        Target("import", "import toolfault × import stamina (fresh processes)",
+               get(proc, "import_vs_stamina"), 2.0, "×"),
+        Target("guard_construction", "Guard() with every extra installed",
+               get(proc, "guard_ms"), 10.0, "ms"),
+        Target("first_result", "fresh process: import to first failure × stamina's",
+               get(proc, "first_result_vs_stamina"), 3.0, "×"),
     ]
 
 
@@ -442,9 +535,60 @@ def _probe(mode: str, repeat: int) -> dict[str, Any]:
         return {}
 
 
+_STARTUP = r"""
+import sys, time
+start = time.perf_counter()
+if sys.argv[1] == "stamina":
+    import stamina
+    imported = time.perf_counter()
+    built = imported
+    @stamina.retry(on=ConnectionError, attempts=3)
+    def f(n):
+        raise ValueError("n is wrong")
+    try:
+        f(1)
+    except ValueError as exc:
+        f"{type(exc).__name__}: {exc}"
+else:
+    import toolfault
+    imported = time.perf_counter()
+    guard = toolfault.Guard()
+    built = time.perf_counter()
+    def f(n: int) -> int:
+        raise ValueError("n is wrong")
+    guard.tool(f)
+    guard.call("f", {"n": 1}).text
+done = time.perf_counter()
+print(imported - start, built - imported, done - start)
+"""
+
+
+def _startup(repeat: int) -> dict[str, Any]:
+    """Fresh processes: import, ``Guard()`` and import-to-first-failure, against stamina's
+    import and its first (not retried) failure (the least of ``repeat`` processes each)."""
+    best: dict[str, list[float]] = {}
+    for _ in range(max(3, repeat)):
+        for who in ("toolfault", "stamina"):
+            try:
+                done = subprocess.run([sys.executable, "-c", _STARTUP, who], timeout=60,
+                                      capture_output=True, text=True, check=True)
+                numbers = [float(x) for x in done.stdout.split()]
+            except (subprocess.SubprocessError, ValueError, OSError):
+                return {}
+            old = best.get(who)
+            best[who] = numbers if old is None else [min(a, b) for a, b in zip(old, numbers,
+                                                                               strict=True)]
+    tf, st = best["toolfault"], best["stamina"]
+    return {"import_ms": tf[0] * 1e3, "stamina_import_ms": st[0] * 1e3,
+            "import_vs_stamina": tf[0] / st[0], "guard_ms": tf[1] * 1e3,
+            "first_result_ms": tf[2] * 1e3, "stamina_first_result_ms": st[2] * 1e3,
+            "first_result_vs_stamina": tf[2] / st[2]}
+
+
 def _process_figures(repeat: int) -> dict[str, Any]:
     """Figures that need a fresh process: the first failure, and an OTel SDK provider."""
     figures = _probe("first_failure", repeat)
+    figures.update(_startup(repeat))
     figures.update(_probe("first_failure_memory", repeat))
     # A fresh process now and then runs everything in it half again slower (its memory
     # layout, the machine): the target is in microseconds, not a same-process ratio, so the
