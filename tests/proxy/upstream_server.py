@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 import anyio
 from mcp import types
-from mcp.server import Server, ServerRequestContext
+from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+# logging/setLevel and notifications/message are deprecated as of 2026-07-28 but are what a
+# handshake-era client speaks; the proxy must relay them, so this server offers them quietly.
+warnings.simplefilter("ignore", MCPDeprecationWarning)
 
 ann = types.ToolAnnotations
 OBJECT = {"type": "object"}
@@ -56,7 +62,26 @@ TOOLS = [
     types.Tool(name="picture", description="An image and a text block.",
                input_schema={"type": "object", "properties": {}},
                annotations=ann(read_only_hint=True)),
+    types.Tool(name="add_tool", description="Adds the tool late_check; tools/list_changed.",
+               input_schema={"type": "object", "properties": {}},
+               annotations=ann(read_only_hint=False, idempotent_hint=True)),
+    types.Tool(name="ask_user", description="Asks the user for a name (elicitation).",
+               input_schema={"type": "object", "properties": {}},
+               annotations=ann(read_only_hint=True)),
+    types.Tool(name="chatty", description="Logs at debug, info, warning and error.",
+               input_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+               annotations=ann(read_only_hint=True)),
+    types.Tool(name="wait_long", description="Waits 30 s; records a cancellation.",
+               input_schema={"type": "object", "properties": {}},
+               annotations=ann(read_only_hint=True)),
 ]
+#: What add_tool adds: a tool that always fails (the proxy must guard it like the others).
+LATE_TOOL = types.Tool(
+    name="late_check", description="Added at run time; always rejects its code.",
+    input_schema=_schema(code={"type": "string"}), annotations=ann(read_only_hint=True))
+LEVELS: tuple[types.LoggingLevel, ...] = (
+    "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+LOG_LEVEL: list[types.LoggingLevel] = ["debug"]
 POLLS: dict[str, int] = {}
 FLAKY = [0]
 
@@ -66,6 +91,13 @@ def _record(name: str) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as out:
             out.write(name + "\n")
+
+
+def _record_to(variable: str, line: str) -> None:
+    path = os.environ.get(variable)
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
 
 
 def _text(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -124,6 +156,36 @@ async def call_tool(ctx: ServerRequestContext[Any, Any],
         return types.CallToolResult(content=[
             types.ImageContent(type="image", data="iVBORw0KGgo=", mime_type="image/png"),
             types.TextContent(type="text", text="a tiny picture")])
+    if name == "add_tool":
+        if LATE_TOOL not in TOOLS:
+            TOOLS.append(LATE_TOOL)
+        await ctx.session.send_tool_list_changed()
+        return _text("added late_check")
+    if name == "late_check":
+        return _text(f"code {args['code']} is not a valid check code", error=True)
+    if name == "ask_user":
+        answer = await ctx.session.elicit_form(
+            "What is your name?",
+            {"type": "object", "properties": {"name": {"type": "string"}},
+             "required": ["name"]},
+            related_request_id=ctx.request_id)
+        return _text(f"action={answer.action} content={answer.content}")
+    if name == "chatty":
+        floor = LEVELS.index(LOG_LEVEL[0])
+        for level in ("debug", "info", "warning", "error"):
+            if LEVELS.index(level) >= floor:  # the application's filter, as setLevel asks
+                await ctx.session.send_log_message(level, f"{level} from chatty",
+                                                   logger="upstream",
+                                                   related_request_id=ctx.request_id)
+        return _text(f"logged at {LOG_LEVEL[0]} and above"
+                     + (f" ({args['n']})" if "n" in args else ""))
+    if name == "wait_long":
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            _record_to("UPSTREAM_CANCELS", f"cancelled {ctx.request_id}")
+            raise
+        return _text("waited")
     return _text(f"unknown tool {name}", error=True)
 
 
@@ -146,15 +208,36 @@ async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.Ge
         role="user", content=types.TextContent(type="text", text="hello there"))])
 
 
+async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+    """Names for the greet prompt's ``name`` argument that start with what was typed."""
+    names = ["Ada", "Alan", "Alonzo", "Grace"]
+    typed = params.argument.value
+    if isinstance(params.ref, types.PromptReference) and params.ref.name == "greet" \
+            and params.argument.name == "name":
+        values = [n for n in names if n.lower().startswith(typed.lower())]
+    else:
+        values = []
+    return types.CompleteResult(completion=types.Completion(
+        values=values, total=len(values), has_more=False))
+
+
+async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    LOG_LEVEL[0] = params.level
+    _record_to("UPSTREAM_LEVELS", params.level)
+    return types.EmptyResult()
+
+
 server: Server[Any] = Server(
     "test-upstream", version="9.9.9", instructions="Use lookup for populations.",
     on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
-    on_read_resource=read_resource, on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+    on_read_resource=read_resource, on_list_prompts=list_prompts, on_get_prompt=get_prompt,
+    on_completion=complete, on_set_logging_level=set_level)
 
 
 async def main() -> None:
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(read, write, server.create_initialization_options(
+            NotificationOptions(tools_changed=True)))
 
 
 if __name__ == "__main__":

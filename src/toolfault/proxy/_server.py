@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextvars
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
+import anyio
 import jsonschema
 from mcp import types
 from mcp.server import Server, ServerRequestContext
@@ -106,6 +108,47 @@ class _Downstream:
             self.capabilities = caps
 
 
+class _Forwards:
+    """The upstream's notifications being relayed to the client right now.
+
+    Why: the SDK hands each incoming notification to a task of its own, and a relay may take
+    a round trip of its own (``tools/list_changed`` is re-listed upstream first), so a
+    notification the upstream sent during a call reached the client after that call's result;
+    directly it arrives before, and a client that lists tools on the result of a call that
+    added one must get the new list.  A call's result waits until the relays in flight are
+    done (bounded: a stuck one never holds a result back for long).
+    """
+
+    #: Seconds a result waits for relays in flight.
+    LIMIT = 5.0
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle: anyio.Event | None = None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Count one relay in flight (entered before its first await)."""
+        if self._count == 0:
+            self._idle = None
+        self._count += 1
+        try:
+            yield
+        finally:
+            self._count -= 1
+            if self._count == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no relay is in flight (or after :attr:`LIMIT` seconds)."""
+        if self._count == 0:
+            return
+        if self._idle is None:
+            self._idle = anyio.Event()
+        with anyio.move_on_after(self.LIMIT):
+            await self._idle.wait()
+
+
 class Proxy:
     """The upstream's tools on a guard and the server the client talks to.
 
@@ -124,6 +167,7 @@ class Proxy:
         self._unguarded: set[str] = set()
         self._validators: dict[str, jsonschema.protocols.Validator | None] = {}
         self._down = _Downstream()
+        self._forwards = _Forwards()
         self._scopes = _Scopes(guard, per_session=True,
                                idle_turn_seconds=config.idle_turn_seconds)
         self.server: Server[Any] = Server("toolfault-proxy")
@@ -287,6 +331,14 @@ class Proxy:
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams
                          ) -> types.CallToolResult | dict[str, Any]:
+        answer = await self._serve_call(ctx, params)
+        # What the upstream said during the call reaches the client before its result.
+        await self._forwards.drained()
+        return answer
+
+    async def _serve_call(self, ctx: ServerRequestContext[Any, Any],
+                          params: types.CallToolRequestParams
+                          ) -> types.CallToolResult | dict[str, Any]:
         self._down.seen(ctx)
         self._down.in_flight.append(ctx)
         try:
@@ -403,6 +455,12 @@ class Proxy:
     async def notification(self, message: types.ServerNotification) -> None:
         if isinstance(message, types.ProgressNotification):
             return  # delivered to the call that asked, through its progress callback
+        with self._forwards.held():
+            await self._forward(message)
+
+    async def _forward(self, message: types.ServerNotification) -> None:
+        """Relay one notification (a changed tool list is re-listed and re-registered first,
+        so a client that lists tools on hearing it gets the new list)."""
         if isinstance(message, types.ToolListChangedNotification):
             try:
                 await self.load_tools()
