@@ -71,11 +71,22 @@ def start_redis() -> RedisServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
             if _ready(port):
+                seed_epoch(port)
                 return RedisServer(proc, port)
             time.sleep(0.02)
         proc.kill()
         proc.wait(timeout=10)
     pytest.fail("redis-server did not start")
+
+
+def seed_epoch(port: int) -> None:
+    """Give a new server an old epoch, as a server that has been up for a while has: side
+    effects are not held back for ``reconcile_seconds`` (tests of a restart start the
+    server again with :func:`start_redis_on`, which leaves it empty)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(b"SET toolfault:epoch seed:0\r\n")
+        if not sock.recv(16).startswith(b"+OK"):
+            raise RuntimeError("could not seed the epoch")
 
 
 def start_redis_on(port: int) -> RedisServer:
