@@ -20,9 +20,10 @@ class KeyKeeper:
     retries plus checks); if the key expired, another worker could claim it and run the
     same action while the first still might land.  The keeper renews each held key every
     third of its TTL, at least every ``RENEW_EVERY`` seconds (a lock watchdog, as
-    Redisson's), from one daemon thread that exists only while keys are held.  So a key expires when the process holding it is gone, or
-    ``max_hold`` seconds after it was claimed (an attempt hung for an hour no longer blocks
-    its action for the life of the process); a key found lost at renewal is logged.
+    Redisson's), from one daemon thread that exists only while keys are held.  So a key
+    expires when the process holding it is gone, or ``max_hold`` seconds after it was
+    claimed (an attempt hung for an hour no longer blocks its action for the life of the
+    process); a key found lost at renewal is logged.
 
     Renewals run on up to ``RENEWERS`` worker threads, so one slow renewal (a store that
     takes seconds to answer for one key) does not hold back the others' renewals; a key
