@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _redis_server import RedisServer, start_redis
+from _redis_server import RedisServer, start_cluster, start_redis
 
 from toolfault import MemoryStore
 from toolfault.stores import Store
@@ -24,6 +24,14 @@ def redis_url() -> Iterator[str]:
     server = start_redis()
     yield server.url
     server.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A 3-master Redis Cluster on loopback; the URL of one node, as a user gives it."""
+    cluster = start_cluster()
+    yield cluster.url
+    cluster.kill()
 
 
 @pytest.fixture
@@ -44,6 +52,7 @@ def prefix() -> str:
     "memory",
     "sqlite",
     pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-cluster", marks=pytest.mark.redis),
 ])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path
                ) -> Iterator[Callable[[], Store]]:
@@ -52,7 +61,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path
     memory = MemoryStore()
     kind = request.param
     db = tmp_path / "state.db"
-    url = request.getfixturevalue("redis_url") if kind == "redis" else ""
+    url = request.getfixturevalue("redis_url") if kind == "redis" else \
+        request.getfixturevalue("redis_cluster_url") if kind == "redis-cluster" else ""
     key_prefix = f"tf{uuid.uuid4().hex[:10]}"
 
     def make() -> Store:

@@ -23,7 +23,7 @@ def _worker(url: str, runs: list[str], *, local: bool = False, prefix: str = "tf
                   task_id="t1", scan_env_secrets=False,
                   local_side_effects=["book"] if local else False)
 
-    @guard.tool(side_effect=True)
+    @guard.tool(side_effect=True, idempotency_key=["ref"])
     def book(ref: str) -> str:
         runs.append(ref)
         return f"booked {ref}"
@@ -124,3 +124,43 @@ def test_a_key_held_through_a_restart_is_claimed_again_by_its_holder(
     assert b.acquire("t1", "k", 30, "b")
     a.close()
     b.close()
+
+
+def test_a_cluster_node_url_or_a_node_list_uses_the_cluster_client(
+        redis_cluster_url: str) -> None:
+    """RedisStore("redis://<one node>") and a list of nodes both use the cluster client, and
+    a side effect keyed by an explicit key runs once whichever node owns its task's slot."""
+    runs: list[str] = []
+    prefix = f"tf{uuid.uuid4().hex[:8]}"
+    assert RedisStore(redis_cluster_url, prefix=prefix).clustered
+    assert RedisStore([redis_cluster_url], prefix=prefix, cluster=True).clustered
+    guard = _worker(redis_cluster_url, runs, prefix=prefix)
+    for task in range(12):  # tasks spread over the three masters' slots
+        guard.task_id = f"task-{task}"
+        assert guard.call("book", {"ref": "X"}).ok
+    assert runs == ["X"] * 12 and not guard.degraded
+    guard.close()
+
+
+def test_a_plain_client_on_a_cluster_switches_at_the_first_redirect(
+        redis_cluster_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Forced plain (cluster=False), MOVED is never a silent per-process fallback: the store
+    switches to the cluster client, the switch is reported, and no side effect runs twice."""
+    runs: list[str] = []
+    prefix = f"tf{uuid.uuid4().hex[:8]}"
+    guard = Guard(store=RedisStore(redis_cluster_url, prefix=prefix, cluster=False),
+                  task_id="t", scan_env_secrets=False)
+
+    @guard.tool(side_effect=True, idempotency_key=["ref"])
+    def book(ref: str) -> str:
+        runs.append(ref)
+        return "booked"
+
+    for task in range(12):
+        guard.task_id = f"task-{task}"
+        guard.call("book", {"ref": "X"})
+        guard.call("book", {"ref": "X"})
+    assert guard._store.primary.clustered  # type: ignore[attr-defined]
+    assert runs == ["X"] * 12  # once per task: a call refused at the switch runs on retry
+    assert "is a Redis Cluster node; using the cluster client" in caplog.text
+    guard.close()

@@ -293,7 +293,7 @@ def _cluster_client(urls: list[str], timeout: float) -> Any:
                                  parsed.port or 6379))
     first = urlparse(urls[0])
     return RedisCluster(startup_nodes=nodes, socket_timeout=timeout,
-                        socket_connect_timeout=timeout, cluster_error_retry_attempts=2,
+                        socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 2),
                         password=first.password, username=first.username or None)
 
 
@@ -311,8 +311,8 @@ class _NodeClient(redis.Redis):
         try:
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except redis.ResponseError as exc:
-            text = str(exc)
-            if not text.startswith(("MOVED", "ASK", "CROSSSLOT")) or self.on_redirect is None:
+            redirect = isinstance(exc, (redis.exceptions.MovedError, redis.exceptions.AskError))
+            if not (redirect or "CROSSSLOT" in str(exc)) or self.on_redirect is None:
                 raise
             self.on_redirect()
             raise ClusterRedirect(
