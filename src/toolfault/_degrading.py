@@ -75,6 +75,8 @@ class _Outage:
         self.on_epoch_change: Callable[[], None] | None = None
         self.last_probe = 0.0
         self.closed = False
+        #: Keys released during the outage (released on the primary at recovery, by holder).
+        self._released: list[tuple[str, str, str]] = []
         self._prober: threading.Thread | None = None
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
@@ -92,6 +94,11 @@ class _Outage:
     def local_ok(self, tool: str) -> bool:
         """Whether ``tool``'s side effects may be claimed locally during an outage."""
         return self.policy == "open" and (self.local_tools is None or tool in self.local_tools)
+
+    def note_release(self, task: str, token: str, holder: str) -> None:
+        with self._lock:
+            if len(self._released) < 100_000:  # past that, their TTLs free them
+                self._released.append((task, token, holder))
 
     def acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
         """Claim a key on the primary, with its holder where the primary takes one."""
@@ -225,6 +232,10 @@ class _Outage:
                 return False
             with self._lock:
                 self.down_since = None
+                released, self._released = self._released, []
+            if self.holders:  # after the ledger: an entry is there before its key is free
+                for task, token, holder in released:
+                    _quietly(self.primary.release, task, token, holder)
             # What a racing thread wrote locally while this ran: moved over as well.
             late = self.fallback.drain()
             _quietly(self._write_back, *late)
@@ -360,7 +371,14 @@ class DegradingKeyLocks:
     def release(self, task: str, token: str, holder: str = "") -> None:
         if holder:
             self.keeper.drop(task, token, holder)
-        self._outage.run(self._release_primary, self._fallback.release, task, token, holder)
+        self._outage.run(self._release_primary, self._release_fallback, task, token, holder)
+
+    def _release_fallback(self, task: str, token: str, holder: str) -> None:
+        """Released during an outage: locally now, and on the primary at recovery (a key
+        claimed there before the outage would otherwise be held until its TTL ran out)."""
+        self._fallback.release(task, token, holder)
+        if holder:
+            self._outage.note_release(task, token, holder)
 
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
         return self._outage.run(self._extend_primary, self._extend_fallback,

@@ -19,7 +19,7 @@ import pytest  # where CPython 3.11 can fail to compile after many asyncio.run()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stores"))
 
 from _harness import Tally  # noqa: E402
-from _redis_server import RedisServer, start_redis  # noqa: E402
+from _redis_server import RedisCluster, RedisServer, start_cluster, start_redis  # noqa: E402
 
 TALLIES: list[Tally] = []
 
@@ -56,3 +56,11 @@ def race_redis() -> Iterator[RedisServer]:
     server = start_redis()
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="session")
+def race_cluster() -> Iterator[RedisCluster]:
+    """A 3-master Redis Cluster of the race suite's own (workers get one node's URL)."""
+    cluster = start_cluster()
+    yield cluster
+    cluster.kill()

@@ -58,14 +58,14 @@ def _ready(port: int) -> bool:
         return False
 
 
-def start_redis() -> RedisServer:
+def start_redis(*extra: str) -> RedisServer:
     """Start redis-server on a free port and wait until it answers PING."""
     binary = _redis_binary()
     for _ in range(5):
         port = free_port()
         proc = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"],
+             "--appendonly", "no", *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
@@ -89,11 +89,11 @@ def seed_epoch(port: int) -> None:
             raise RuntimeError("could not seed the epoch")
 
 
-def start_redis_on(port: int) -> RedisServer:
+def start_redis_on(port: int, *extra: str) -> RedisServer:
     """Start redis-server again on a port a stopped one used (a restart: empty state)."""
     proc = subprocess.Popen(
         [_redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
+         "--appendonly", "no", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
