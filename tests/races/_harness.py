@@ -459,7 +459,8 @@ def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], No
                   up: Callable[[], None], trials: int, delay: float, policy: str = "open",
                   lanes: int = 50) -> Tally:
     """Rounds of ``lanes`` trials: worker A's call lands, then Redis goes down while the call
-    is still in flight (its answer and release meet the outage); Redis comes back; ``delay``
+    is still in flight (its answer and release meet the outage), or (every other trial) A
+    makes its call during the outage; Redis comes back; ``delay``
     seconds later worker B, in another process, retries each trial as a model would; then
     A retries too.  ``policy``: the guards' ``state_failure``."""
     import multiprocessing
@@ -481,13 +482,15 @@ def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], No
             batch = names[start:start + lanes]
             threads = [threading.Thread(target=worker_calls, args=(a, n, 1))
                        for a, n in zip(guards, batch, strict=False)]
-            for t in threads:
+            for t in threads[0::2]:  # in flight when the outage begins
                 t.start()
             deadline = time.monotonic() + 2
             while (time.monotonic() < deadline
-                   and not all(effects_in(folder, n) for n in batch)):
+                   and not all(effects_in(folder, n) for n in batch[0::2])):
                 time.sleep(0.001)
             down()  # the effects landed; the calls are still in flight
+            for t in threads[1::2]:  # made during the outage
+                t.start()
             for t in threads:
                 t.join()
             time.sleep(0.3)
