@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import ParamSpec, TypeVar
 
@@ -37,6 +38,11 @@ _R = TypeVar("_R")
 
 #: Seconds a refused side effect is told to wait before it is tried again during an outage.
 RETRY_HINT = 1.0
+#: Seconds between two looks at the primary's epoch while this process has journal entries.
+WATCH_EVERY = 1.0
+#: Ledger entries kept for a restart that loses them (the newest), and for how long.
+JOURNAL_MAX = 10_000
+JOURNAL_SECONDS = 86_400.0
 
 
 class _Outage:
@@ -77,6 +83,10 @@ class _Outage:
         self.closed = False
         #: Keys released during the outage (released on the primary at recovery, by holder).
         self._released: list[tuple[str, str, str]] = []
+        #: The ledger entries this process wrote to a primary that can lose its data (it has
+        #: an epoch), newest last: written again when the epoch changes (see :meth:`remember`).
+        self.journal: OrderedDict[tuple[str, str], LedgerEntry] = OrderedDict()
+        self._watcher: threading.Thread | None = None
         self._prober: threading.Thread | None = None
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
@@ -165,6 +175,61 @@ class _Outage:
             with self._lock:
                 self._prober = None
 
+    def remember(self, entry: LedgerEntry) -> None:
+        """Keep an entry written to the primary, so a restart that loses it cannot make its
+        action look new: while the journal holds entries, a watcher reads the primary's epoch
+        every ``WATCH_EVERY`` seconds (well within the store's ``reconcile_seconds``) and, at
+        a new one, writes them all again (and claims the held keys again)."""
+        if not callable(getattr(self.primary, "epoch", None)):
+            return
+        with self._lock:
+            key = (entry.task, entry.call_id)
+            self.journal.pop(key, None)
+            self.journal[key] = entry
+            while len(self.journal) > JOURNAL_MAX:
+                self.journal.popitem(last=False)
+            if self._watcher is not None or self.closed:
+                return
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name="toolfault-store-epoch")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        try:
+            while not self.closed and self.journal:
+                time.sleep(WATCH_EVERY)
+                if self.down_since is not None:
+                    continue  # the prober looks at the epoch when the store is back
+                try:
+                    epoch = str(self.primary.epoch())  # type: ignore[attr-defined]
+                    if self.epoch is not None and epoch != self.epoch:
+                        self._epoch_changed()
+                    self.epoch = epoch
+                except Exception:  # noqa: BLE001 - an outage: the next call degrades
+                    continue
+                cutoff = time.time() - JOURNAL_SECONDS
+                with self._lock:
+                    while self.journal and next(iter(self.journal.values())).at < cutoff:
+                        self.journal.popitem(last=False)
+        finally:
+            with self._lock:
+                self._watcher = None
+
+    def _epoch_changed(self) -> None:
+        """The primary lost its data: claim the held keys again, write the journal again."""
+        log.warning("toolfault: the state store came back without its data; claiming the "
+                    "keys held here again and writing back this worker's ledger")
+        self.fallback.add_incident(Incident(
+            IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
+            "the state store restarted without its data; held keys and this worker's ledger "
+            "were written back", "*", 0))
+        if self.on_epoch_change is not None:
+            self.on_epoch_change()
+        with self._lock:
+            entries = sorted(self.journal.values(), key=lambda e: e.at)
+        for entry in entries:
+            self.primary.put_ledger(entry)
+
     def learn_epoch(self) -> None:
         """Remember the primary's epoch (once), so a restart that lost it is seen."""
         epoch_of = getattr(self.primary, "epoch", None)
@@ -180,14 +245,7 @@ class _Outage:
             return
         epoch = str(epoch_of())
         if self.epoch is not None and epoch != self.epoch:
-            log.warning("toolfault: the state store came back without its data; claiming "
-                        "the keys held here again and writing back what was kept locally")
-            self.fallback.add_incident(Incident(
-                IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
-                "the state store restarted without its data; held keys and the local ledger "
-                "were written back", "*", 0))
-            if self.on_epoch_change is not None:
-                self.on_epoch_change()
+            self._epoch_changed()
         self.epoch = epoch
 
     def recover(self, *, blocking: bool = True) -> bool:
@@ -435,7 +493,17 @@ class DegradingRecords:
                           for name in ("ledger_entry", "ledger_call", "swap_ledger"))
 
     def put_ledger(self, entry: LedgerEntry) -> None:
-        self._outage.run(self._primary.put_ledger, self._fallback.put_ledger, entry)
+        self._outage.run(self._put_primary, self._fallback.put_ledger, entry)
+
+    def _put_primary(self, entry: LedgerEntry) -> None:
+        self._primary.put_ledger(entry)
+        self._outage.remember(entry)
+
+    def _swap_primary(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        swapped = self._primary.swap_ledger(entry, expected)
+        if swapped:
+            self._outage.remember(entry)
+        return swapped
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         return self._outage.run(self._primary.ledger, self._fallback.ledger, task)
@@ -467,7 +535,7 @@ class DegradingRecords:
                 return False
             self.put_ledger(entry)
             return True
-        return self._outage.run(self._primary.swap_ledger, self._fallback.swap_ledger,
+        return self._outage.run(self._swap_primary, self._fallback.swap_ledger,
                                 entry, expected)
 
     def mark_poller(self, fingerprint: str) -> None:

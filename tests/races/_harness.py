@@ -435,13 +435,14 @@ def sequential_key_trials(setting: str, make_store: Callable[[], Store], folder:
 
 
 def _remote_retrier(url: str, prefix: str, policy: str, folder: Path, lanes: int,
-                    inbox: Any, outbox: Any) -> None:
+                    inbox: Any, outbox: Any, explicit: bool = False) -> None:
     """Worker B, in a process of its own: one guard per lane; each batch of trial names it
     is sent, it calls as a model would (up to 3 calls per trial), then says so."""
     from toolfault.stores import RedisStore
 
     guards = [make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
-                         postcondition=True, policy=policy) for _ in range(lanes)]
+                         postcondition=True, policy=policy, explicit=explicit)
+              for _ in range(lanes)]
     outbox.put("ready")
     while (names := inbox.get()) is not None:
         threads = [threading.Thread(target=worker_calls, args=(g, n, 3))
@@ -457,12 +458,13 @@ def _remote_retrier(url: str, prefix: str, policy: str, folder: Path, lanes: int
 
 def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], None],
                   up: Callable[[], None], trials: int, delay: float, policy: str = "open",
-                  lanes: int = 50) -> Tally:
+                  lanes: int = 50, explicit: bool = False) -> Tally:
     """Rounds of ``lanes`` trials: worker A's call lands, then Redis goes down while the call
     is still in flight (its answer and release meet the outage), or (every other trial) A
     makes its call during the outage; Redis comes back; ``delay``
     seconds later worker B, in another process, retries each trial as a model would; then
-    A retries too.  ``policy``: the guards' ``state_failure``."""
+    A retries too.  ``policy``: the guards' ``state_failure``.  ``explicit``: the call
+    succeeds under an explicit key, and ended before the outage (a repeat after success)."""
     import multiprocessing
 
     from toolfault.stores import RedisStore
@@ -472,12 +474,13 @@ def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], No
     ctx = multiprocessing.get_context("spawn")
     inbox, outbox = ctx.Queue(), ctx.Queue()
     remote = ctx.Process(target=_remote_retrier,
-                         args=(url, prefix, policy, folder, lanes, inbox, outbox))
+                         args=(url, prefix, policy, folder, lanes, inbox, outbox, explicit))
     remote.start()
     try:
         outbox.get(timeout=120)
         guards = [make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
-                             postcondition=True, policy=policy) for _ in range(lanes)]
+                             postcondition=True, policy=policy, explicit=explicit)
+                  for _ in range(lanes)]
         for start in range(0, trials, lanes):
             batch = names[start:start + lanes]
             threads = [threading.Thread(target=worker_calls, args=(a, n, 1))
@@ -488,6 +491,9 @@ def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], No
             while (time.monotonic() < deadline
                    and not all(effects_in(folder, n) for n in batch[0::2])):
                 time.sleep(0.001)
+            if explicit:  # a repeat after success: the first calls ended
+                for t in threads[0::2]:
+                    t.join()
             down()  # the effects landed; the calls are still in flight
             for t in threads[1::2]:  # made during the outage
                 t.start()

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import hypothesis  # noqa: F401 - loaded up front: its plugin imports it at the very end,
@@ -19,7 +20,12 @@ import pytest  # where CPython 3.11 can fail to compile after many asyncio.run()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stores"))
 
 from _harness import Tally  # noqa: E402
-from _redis_server import RedisCluster, RedisServer, start_cluster, start_redis  # noqa: E402
+from _redis_server import (  # noqa: E402
+    RedisServer,
+    seed_cluster_epoch,
+    start_cluster,
+    start_redis,
+)
 
 TALLIES: list[Tally] = []
 
@@ -59,8 +65,14 @@ def race_redis() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
-def race_cluster() -> Iterator[RedisCluster]:
-    """A 3-master Redis Cluster of the race suite's own (workers get one node's URL)."""
+def race_cluster() -> Iterator[Any]:
+    """A 3-master Redis Cluster (``TOOLFAULT_REDIS_CLUSTER_URL``, started by ``.ci/run``, or
+    one of the race suite's own); workers get one node's URL (``.url``)."""
+    given = os.environ.get("TOOLFAULT_REDIS_CLUSTER_URL")
+    if given:
+        seed_cluster_epoch(given)
+        yield SimpleNamespace(url=given)
+        return
     cluster = start_cluster()
     yield cluster
     cluster.kill()

@@ -215,6 +215,23 @@ def test_outage_while_a_side_effect_is_in_flight(tmp_path: Path, record: Any, ki
         box[0].kill()
 
 
+@pytest.mark.parametrize("delay", [0.05, 6.0], ids=["0.05s", "6s"])
+def test_restart_with_data_loss_after_explicit_key_successes(tmp_path: Path, record: Any,
+                                                            delay: float) -> None:
+    """Successes under explicit keys, then Redis restarts without its data: another process
+    repeating them 0.05 s later is refused, 6 s later gets the replay (the worker that
+    recorded them wrote its ledger again at the new epoch); nothing runs twice."""
+    server = start_redis("--enable-debug-command", "yes")
+    box = [server]
+    down, up = _outage("restart", box)
+    try:
+        check(outage_trials(f"restart-data-loss-explicit-key-{delay:g}s", server.url,
+                            tmp_path, down=down, up=up, trials=SLOW_TRIALS, delay=delay,
+                            explicit=True), record)
+    finally:
+        box[0].kill()
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "redis", "redis-cluster"])
 def test_explicit_key_repeats_after_success_in_sequence(
         tmp_path: Path, record: Any, kind: str, race_redis: RedisServer,

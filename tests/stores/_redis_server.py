@@ -184,6 +184,16 @@ def start_cluster(masters: int = 3) -> RedisCluster:
             cluster.kill()
             pytest.fail("the cluster did not reach cluster_state:ok")
         time.sleep(0.1)
-    subprocess.run([cli, "-c", "-p", str(nodes[0].port), "SET", "toolfault:epoch", "seed:0"],
-                   check=True, stdout=subprocess.DEVNULL, timeout=5)
+    seed_cluster_epoch(cluster.url)
     return cluster
+
+
+def seed_cluster_epoch(url: str) -> None:
+    """The cluster's epoch, made old (see :func:`seed_epoch`), through the cluster client."""
+    from redis.cluster import RedisCluster as Client
+
+    client = Client.from_url(url)
+    try:
+        client.set("toolfault:epoch", "seed:0")
+    finally:
+        client.close()

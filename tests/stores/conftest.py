@@ -7,12 +7,13 @@ outages.  Without a ``redis-server`` binary the Redis tests skip locally but fai
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _redis_server import RedisServer, start_cluster, start_redis
+from _redis_server import RedisServer, seed_cluster_epoch, start_cluster, start_redis
 
 from toolfault import MemoryStore
 from toolfault.stores import Store
@@ -28,7 +29,14 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
-    """A 3-master Redis Cluster on loopback; the URL of one node, as a user gives it."""
+    """A 3-master Redis Cluster on loopback (``.ci/run`` starts one and names a node in
+    ``TOOLFAULT_REDIS_CLUSTER_URL``; otherwise one of the session's own); the URL of one
+    node, as a user gives it."""
+    given = os.environ.get("TOOLFAULT_REDIS_CLUSTER_URL")
+    if given:
+        seed_cluster_epoch(given)
+        yield given
+        return
     cluster = start_cluster()
     yield cluster.url
     cluster.kill()
