@@ -164,3 +164,23 @@ def test_a_plain_client_on_a_cluster_switches_at_the_first_redirect(
     assert runs == ["X"] * 12  # once per task: a call refused at the switch runs on retry
     assert "is a Redis Cluster node; using the cluster client" in caplog.text
     guard.close()
+
+
+def test_an_explicit_key_success_survives_a_restart_without_data(
+        redis_server: RedisServer) -> None:
+    """The worker that recorded a success writes its ledger again at the new epoch: after
+    the reconcile wait, another worker repeating the call gets the replay, not a second run."""
+    runs: list[str] = []
+    prefix = f"tf{uuid.uuid4().hex[:8]}"
+    a = _worker(redis_server.url, runs, prefix=prefix, reconcile=1.5)
+    assert a.call("book", {"ref": "K"}).ok
+    port = redis_server.port
+    redis_server.kill()
+    redis_server.proc = start_redis_on(port).proc
+    b = _worker(redis_server.url, runs, prefix=prefix, reconcile=1.5)
+    assert b.call("book", {"ref": "K"}).code == "state_unavailable"
+    time.sleep(1.6)
+    again = b.call("book", {"ref": "K"})
+    assert again.replayed and runs == ["K"]
+    a.close()
+    b.close()
