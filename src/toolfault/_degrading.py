@@ -96,10 +96,11 @@ class _Outage:
 
     def _after_fork(self) -> None:
         """In a forked child: the key keeper's thread may have been writing back (holding
-        ``_recovering``) at the fork; that thread does not exist here, nor the prober."""
+        ``_recovering``) at the fork; that thread does not exist here, nor the prober or
+        the epoch watcher (started again by the next outage or ledger write)."""
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
-        self._prober = None
+        self._prober = self._watcher = None
 
     def local_ok(self, tool: str) -> bool:
         """Whether ``tool``'s side effects may be claimed locally during an outage."""
