@@ -111,6 +111,7 @@ class RedisCluster:
     """A Redis Cluster of three masters (no replicas) on loopback ports."""
 
     nodes: list[RedisServer]
+    folder: str = ""
 
     @property
     def url(self) -> str:
@@ -124,6 +125,8 @@ class RedisCluster:
     def kill(self) -> None:
         for node in self.nodes:
             node.kill()
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _cluster_port() -> int:
@@ -163,7 +166,7 @@ def start_cluster(masters: int = 3) -> RedisCluster:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         nodes.append(RedisServer(proc, port))
-    cluster = RedisCluster(nodes)
+    cluster = RedisCluster(nodes, folder)
     deadline = time.monotonic() + 10
     while not all(_ready(n.port) for n in nodes):
         if time.monotonic() > deadline:
