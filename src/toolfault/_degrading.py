@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import ParamSpec, TypeVar
 
 from toolfault._admission import (
@@ -35,23 +36,58 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+#: Seconds a refused side effect is told to wait before it is tried again during an outage.
+RETRY_HINT = 1.0
+#: Seconds between two looks at the primary's epoch while this process has journal entries.
+WATCH_EVERY = 1.0
+#: Ledger entries kept for a restart that loses them (the newest), and for how long.
+JOURNAL_MAX = 10_000
+JOURNAL_SECONDS = 86_400.0
+
+
 class _Outage:
     """The outage state the three degrading wrappers share: one primary, one fallback.
 
-    ``policy="open"``: on a store error, fall back to the local :class:`MemoryStore` and try
-    the primary again after ``retry_after`` seconds.  ``policy="closed"``: raise
-    :class:`StateUnavailableError`.  ``on_degrade`` is told once per outage.
+    ``policy="open"``: on a store error, read-only counting falls back to the local
+    :class:`MemoryStore`, and the primary is probed again every ``retry_after`` seconds (by a
+    background prober, and by the next side-effect claim, which waits for its answer).
+    A side-effect claim is never made on the fallback unless ``local_side_effects`` names its
+    tool (``True``: every tool): it is refused with :class:`StateUnavailableError`.
+    ``policy="closed"``: every call raises :class:`StateUnavailableError`.  ``on_degrade`` is
+    told once per outage.
     """
 
     def __init__(self, primary: Store, fallback: MemoryStore, *, policy: str,
-                 retry_after: float, on_degrade: Callable[[BaseException], None] | None
-                 ) -> None:
+                 retry_after: float, on_degrade: Callable[[BaseException], None] | None,
+                 local_side_effects: bool | Iterable[str] = False) -> None:
         self.primary = primary
         self.fallback = fallback
         self.policy = policy
         self.retry_after = retry_after
         self.down_since: float | None = None
         self.on_degrade = on_degrade
+        #: Tools whose side effects may be claimed locally during an outage (None: all).
+        self.local_tools: frozenset[str] | None
+        if local_side_effects is True:
+            self.local_tools = None
+        elif local_side_effects is False:
+            self.local_tools = frozenset()
+        else:
+            self.local_tools = frozenset(local_side_effects)
+        #: The primary's epoch as last seen (stores with ``epoch()``); a new one after an
+        #: outage means it lost its data, and the keys this process holds are claimed again.
+        self.epoch: str | None = None
+        #: Told when the primary came back with a new epoch (claims the held keys again).
+        self.on_epoch_change: Callable[[], None] | None = None
+        self.last_probe = 0.0
+        self.closed = False
+        #: Keys released during the outage (released on the primary at recovery, by holder).
+        self._released: list[tuple[str, str, str]] = []
+        #: The ledger entries this process wrote to a primary that can lose its data (it has
+        #: an epoch), newest last: written again when the epoch changes (see :meth:`remember`).
+        self.journal: OrderedDict[tuple[str, str], LedgerEntry] = OrderedDict()
+        self._watcher: threading.Thread | None = None
+        self._prober: threading.Thread | None = None
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
         #: The primary takes holders (the current :class:`KeyLocks` protocol).
@@ -60,9 +96,20 @@ class _Outage:
 
     def _after_fork(self) -> None:
         """In a forked child: the key keeper's thread may have been writing back (holding
-        ``_recovering``) at the fork; that thread does not exist here."""
+        ``_recovering``) at the fork; that thread does not exist here, nor the prober or
+        the epoch watcher (started again by the next outage or ledger write)."""
         self._lock = threading.Lock()
         self._recovering = threading.Lock()
+        self._prober = self._watcher = None
+
+    def local_ok(self, tool: str) -> bool:
+        """Whether ``tool``'s side effects may be claimed locally during an outage."""
+        return self.policy == "open" and (self.local_tools is None or tool in self.local_tools)
+
+    def note_release(self, task: str, token: str, holder: str) -> None:
+        with self._lock:
+            if len(self._released) < 100_000:  # past that, their TTLs free them
+                self._released.append((task, token, holder))
 
     def acquire_primary(self, task: str, token: str, ttl: float, holder: str) -> bool:
         """Claim a key on the primary, with its holder where the primary takes one."""
@@ -70,12 +117,15 @@ class _Outage:
             return self.primary.acquire(task, token, ttl, holder)
         return self.primary.acquire(task, token, ttl)
 
+    def refused(self) -> StateUnavailableError:
+        return StateUnavailableError("the state store is unavailable", retry_after=RETRY_HINT)
+
     def run(self, on_primary: Callable[_P, _R], on_fallback: Callable[_P, _R],
             *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """``on_primary`` while it answers; ``on_fallback`` (or a raise) during an outage."""
         if self.down_since is not None and not self._back():
             if self.policy == "closed":
-                raise StateUnavailableError("the state store is unavailable")
+                raise self.refused()
             return on_fallback(*args, **kwargs)
         try:
             return on_primary(*args, **kwargs)
@@ -84,32 +134,148 @@ class _Outage:
             return on_fallback(*args, **kwargs)
 
     def _back(self) -> bool:
-        down = self.down_since
-        return down is None or (time.monotonic() - down >= self.retry_after and self.recover())
+        """Back from the outage?  Probed on this call when no probe ran in the last
+        ``retry_after`` seconds and no other thread is probing (then its answer stands)."""
+        if self.down_since is None:
+            return True
+        if self._prober is None:
+            self._start_prober()
+        if time.monotonic() - self.last_probe < self.retry_after:
+            return False
+        return self.recover(blocking=False)
 
     def degrade(self, exc: BaseException) -> None:
         """Mark the primary down (told once per outage); raise when failing closed."""
         with self._lock:
             first = self.down_since is None
             self.down_since = time.monotonic()
-        if first and self.on_degrade is not None:
-            self.on_degrade(exc)
+        if first:
+            self._start_prober()
+            if self.on_degrade is not None:
+                self.on_degrade(exc)
         if self.policy == "closed":
-            raise StateUnavailableError("the state store is unavailable") from exc
+            raise StateUnavailableError("the state store is unavailable",
+                                        retry_after=RETRY_HINT) from exc
 
-    def recover(self) -> bool:
-        """Back from an outage: first write what was kept locally into the primary.
+    def _start_prober(self) -> None:
+        with self._lock:
+            if self._prober is not None or self.closed:
+                return
+            self._prober = threading.Thread(target=self._probe_loop, daemon=True,
+                                            name="toolfault-store-probe")
+            self._prober.start()
+
+    def _probe_loop(self) -> None:
+        """Probe the primary every ``retry_after`` seconds until it is back: what this
+        process kept locally is written back even when it makes no further call."""
+        try:
+            while not self.closed and self.down_since is not None:
+                time.sleep(max(self.retry_after, 0.01))
+                self.recover(blocking=False)
+        finally:
+            with self._lock:
+                self._prober = None
+
+    def remember(self, entry: LedgerEntry) -> None:
+        """Keep an entry written to the primary, so a restart that loses it cannot make its
+        action look new: while the journal holds entries, a watcher reads the primary's epoch
+        every ``WATCH_EVERY`` seconds (well within the store's ``reconcile_seconds``) and, at
+        a new one, writes them all again (and claims the held keys again)."""
+        if not callable(getattr(self.primary, "epoch", None)):
+            return
+        with self._lock:
+            key = (entry.task, entry.call_id)
+            self.journal.pop(key, None)
+            self.journal[key] = entry
+            while len(self.journal) > JOURNAL_MAX:
+                self.journal.popitem(last=False)
+            if self._watcher is not None or self.closed:
+                return
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name="toolfault-store-epoch")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        try:
+            while not self.closed and self.journal:
+                time.sleep(WATCH_EVERY)
+                if self.down_since is not None:
+                    continue  # the prober looks at the epoch when the store is back
+                try:
+                    epoch = str(self.primary.epoch())  # type: ignore[attr-defined]
+                    if self.epoch is not None and epoch != self.epoch:
+                        self._epoch_changed()
+                    self.epoch = epoch
+                except Exception:  # noqa: BLE001 - an outage: the next call degrades
+                    continue
+                cutoff = time.time() - JOURNAL_SECONDS
+                with self._lock:
+                    while self.journal and next(iter(self.journal.values())).at < cutoff:
+                        self.journal.popitem(last=False)
+        finally:
+            with self._lock:
+                self._watcher = None
+
+    def _epoch_changed(self) -> None:
+        """The primary lost its data: claim the held keys again, write the journal again."""
+        log.warning("toolfault: the state store came back without its data; claiming the "
+                    "keys held here again and writing back this worker's ledger")
+        self.fallback.add_incident(Incident(
+            IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
+            "the state store restarted without its data; held keys and this worker's ledger "
+            "were written back", "*", 0))
+        if self.on_epoch_change is not None:
+            self.on_epoch_change()
+        with self._lock:
+            entries = sorted(self.journal.values(), key=lambda e: e.at)
+        for entry in entries:
+            self.primary.put_ledger(entry)
+
+    def learn_epoch(self) -> None:
+        """Remember the primary's epoch (once), so a restart that lost it is seen."""
+        epoch_of = getattr(self.primary, "epoch", None)
+        if callable(epoch_of):
+            self.epoch = str(epoch_of())
+
+    def _probe(self) -> None:
+        """Ask the primary for its epoch (or anything, for a store without one); when it is
+        a new one, the primary lost its data: the keys held here are claimed again."""
+        epoch_of = getattr(self.primary, "epoch", None)
+        if not callable(epoch_of):
+            self.primary.incidents("toolfault-probe")
+            return
+        epoch = str(epoch_of())
+        if self.epoch is not None and epoch != self.epoch:
+            self._epoch_changed()
+        self.epoch = epoch
+
+    def recover(self, *, blocking: bool = True) -> bool:
+        """Back from an outage: probe the primary, then write what was kept locally into it.
 
         Ledger entries and live idempotency keys recorded in the fallback during the outage
         go to the shared store before it serves anything else, so a pending effect recorded
         only here is seen by every worker before any of them dispatches that key again; the
         incidents (the outage's own ``state_degraded`` first) follow, so the degradation is
         reported where every worker and operator looks, not only in this process.  False
-        (still down, nothing lost) when the primary fails meanwhile.
+        (still down, nothing lost) when the primary fails meanwhile.  ``blocking=False``:
+        False at once while another thread probes.  A caller that waited for another
+        thread's probe takes its answer.
         """
-        with self._recovering:
+        asked = time.monotonic()
+        if not self._recovering.acquire(blocking=blocking):
+            return self.down_since is None
+        try:
             if self.down_since is None:
                 return True
+            if self.last_probe >= asked:  # probed while we waited: its answer stands
+                return False
+            self.last_probe = time.monotonic()
+            try:
+                self._probe()
+            except Exception:
+                with self._lock:
+                    self.down_since = time.monotonic()
+                return False
             entries, held, incidents = self.fallback.drain()
             try:
                 self._write_back(entries, held, incidents)
@@ -125,16 +291,22 @@ class _Outage:
                 return False
             with self._lock:
                 self.down_since = None
+                released, self._released = self._released, []
+            if self.holders:  # after the ledger: an entry is there before its key is free
+                for task, token, holder in released:
+                    _quietly(self.primary.release, task, token, holder)
             # What a racing thread wrote locally while this ran: moved over as well.
             late = self.fallback.drain()
             _quietly(self._write_back, *late)
             return True
+        finally:
+            self._recovering.release()
 
     def _write_back(self, entries: list[LedgerEntry],
                     held: list[tuple[str, str, float, str]], incidents: list[Incident]) -> None:
         primary = self.primary
         for task, token, left, holder in held:
-            if not self.acquire_primary(task, token, max(left, 0.001), holder) \
+            if not self._claim_back(task, token, max(left, 0.001), holder) \
                     and self.holders:  # (the earlier protocol: a repeat claim looks the same)
                 # Another worker claimed the key in the shared store while this one held it
                 # locally: both may dispatch the same action.  Reported, not ignored.
@@ -148,6 +320,17 @@ class _Outage:
             primary.put_ledger(entry)
         for incident in incidents:
             primary.add_incident(incident)
+
+
+    def _claim_back(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """A key held locally, claimed on the primary again: extended when it is still (or,
+        after a restart without data, again) its holder's, else claimed."""
+        if self.holders and self.primary.extend(task, token, ttl, holder):
+            return True
+        try:
+            return self.acquire_primary(task, token, ttl, holder)
+        except StateUnavailableError:  # a young epoch: not claimable yet, reported as lost
+            return False
 
 
 class DegradingCounters:
@@ -212,17 +395,49 @@ class DegradingKeyLocks:
                 "add holder= to acquire and release, and extend(), so a late release cannot "
                 "free a key another worker holds", DeprecationWarning, stacklevel=4)
 
-    def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
+    def acquire(self, task: str, token: str, ttl: float, holder: str = "", *,
+                local: bool = True) -> bool:
+        """Claim a key on the primary.  During an outage (or when the primary fails now) the
+        claim is made locally only when ``local`` (the tool opted in): else, and when failing
+        closed, :class:`StateUnavailableError`.  A side-effect claim during an outage first
+        probes the primary and waits for the answer: back, it is claimed there."""
         outage = self._outage
-        got = outage.run(self._acquire_primary, self._fallback.acquire, task, token, ttl, holder)
+        if outage.down_since is not None and not outage.recover(blocking=True):
+            if not local or outage.policy == "closed":
+                raise outage.refused()
+            got = self._fallback.acquire(task, token, ttl, holder)
+        else:
+            try:
+                if outage.epoch is None:
+                    outage.learn_epoch()
+                got = outage.acquire_primary(task, token, ttl, holder)
+            except StateUnavailableError:
+                raise  # the primary answered: it cannot vouch for a claim yet (young epoch)
+            except Exception as exc:
+                outage.degrade(exc)  # raises when failing closed
+                if not local:
+                    raise outage.refused() from exc
+                got = self._fallback.acquire(task, token, ttl, holder)
         if got and holder:
             self.keeper.hold(task, token, holder, ttl)
         return got
 
+    def reclaim_held(self) -> None:
+        """The primary lost its data: claim every key this process holds there again."""
+        for task, token, holder, ttl in self.keeper.snapshot():
+            _quietly(self._outage.primary.extend, task, token, ttl, holder)
+
     def release(self, task: str, token: str, holder: str = "") -> None:
         if holder:
             self.keeper.drop(task, token, holder)
-        self._outage.run(self._release_primary, self._fallback.release, task, token, holder)
+        self._outage.run(self._release_primary, self._release_fallback, task, token, holder)
+
+    def _release_fallback(self, task: str, token: str, holder: str) -> None:
+        """Released during an outage: locally now, and on the primary at recovery (a key
+        claimed there before the outage would otherwise be held until its TTL ran out)."""
+        self._fallback.release(task, token, holder)
+        if holder:
+            self._outage.note_release(task, token, holder)
 
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
         return self._outage.run(self._extend_primary, self._extend_fallback,
@@ -279,7 +494,17 @@ class DegradingRecords:
                           for name in ("ledger_entry", "ledger_call", "swap_ledger"))
 
     def put_ledger(self, entry: LedgerEntry) -> None:
-        self._outage.run(self._primary.put_ledger, self._fallback.put_ledger, entry)
+        self._outage.run(self._put_primary, self._fallback.put_ledger, entry)
+
+    def _put_primary(self, entry: LedgerEntry) -> None:
+        self._primary.put_ledger(entry)
+        self._outage.remember(entry)
+
+    def _swap_primary(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
+        swapped = self._primary.swap_ledger(entry, expected)
+        if swapped:
+            self._outage.remember(entry)
+        return swapped
 
     def ledger(self, task: str) -> list[LedgerEntry]:
         return self._outage.run(self._primary.ledger, self._fallback.ledger, task)
@@ -311,7 +536,7 @@ class DegradingRecords:
                 return False
             self.put_ledger(entry)
             return True
-        return self._outage.run(self._primary.swap_ledger, self._fallback.swap_ledger,
+        return self._outage.run(self._swap_primary, self._fallback.swap_ledger,
                                 entry, expected)
 
     def mark_poller(self, fingerprint: str) -> None:
@@ -367,8 +592,9 @@ class DegradingStore:
         primary: Store,
         *,
         policy: str = "open",
-        retry_after: float = 5.0,
+        retry_after: float = 0.25,
         on_degrade: Callable[[BaseException], None] | None = None,
+        local_side_effects: bool | Iterable[str] = False,
     ) -> None:
         if policy not in ("open", "closed"):
             from toolfault._errors import ConfigurationError
@@ -376,10 +602,14 @@ class DegradingStore:
             raise ConfigurationError("state_failure must be 'open' or 'closed'")
         self.primary = primary
         self.fallback = MemoryStore()
+        if isinstance(local_side_effects, str):
+            local_side_effects = (local_side_effects,)
         self._outage = _Outage(primary, self.fallback, policy=policy, retry_after=retry_after,
-                               on_degrade=on_degrade)
+                               on_degrade=on_degrade, local_side_effects=local_side_effects)
         self.counters = DegradingCounters(self._outage)
         self.key_locks = DegradingKeyLocks(self._outage)
+        self._outage.on_epoch_change = self.key_locks.reclaim_held
+        self.local_ok = self._outage.local_ok
         self.records = DegradingRecords(self._outage)
         counters, locks, records = self.counters, self.key_locks, self.records
         # The Store surface, bound once (no per-call dispatch).
@@ -426,6 +656,7 @@ class DegradingStore:
         self._outage.retry_after = seconds
 
     def close(self) -> None:
+        self._outage.closed = True
         self.key_locks.keeper.close()
         self.primary.close()
 

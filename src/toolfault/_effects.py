@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
+
+#: Added to the recorded answer an explicit idempotency key replays.
+REPLAY_NOTE = ("Replayed: an earlier {tool} call with this idempotency key already ran and "
+               "succeeded (Effect: applied); this call did not run it again.")
 
 
 class Effects:
@@ -62,17 +67,76 @@ class Effects:
         """The key's latest entry, when its effect may stand in the way of a new dispatch.
 
         One indexed read: under the claim, entries of a key are written one after another,
-        so the latest is the only one that can still be pending.
+        so the latest is the only one that can still be pending.  An explicit key's recorded
+        success (or a use with other arguments) is returned too: :meth:`_keyed` answers it.
         """
         g = self._g
         if call.idem is None:
             call.idem = self.idempotency_key(call)
         entry = g._store.ledger_entry(g.task_id, call.idem)
-        if entry is None or entry.effect is Outcome.NO_EFFECT:
+        if entry is None:
+            return None
+        if self._explicit(call) and entry.at + g.idempotency_retention > time.time():
+            if self._conflicts(call, entry):
+                return entry  # the key was used with other arguments: a conflict
+            if entry.effect is Outcome.APPLIED and entry.told == "ok":
+                return entry  # an explicit key's success: replayed, never run again
+        if entry.effect is Outcome.NO_EFFECT:
             return None
         if entry.effect is Outcome.APPLIED and entry.told == "ok":
             return None  # a confirmed success: a new identical call is a new action
         return entry
+
+    def _explicit(self, call: _Call) -> bool:
+        """The tool declared its idempotency key (fields or a function): Stripe's meaning."""
+        spec = call.spec
+        if spec is None or spec.idempotency_key is None:
+            return False
+        if not call.fp:
+            self._g._pipeline.resolve_fp(call)
+        return True
+
+    @staticmethod
+    def _conflicts(call: _Call, entry: LedgerEntry) -> bool:
+        """The key's entry is of other arguments, and did or may have taken effect.  While
+        that call still runs (for all its holder knows) a non-holder is told ``in_progress``
+        instead; a holder finding it in flight knows its caller is gone."""
+        return (entry.effect is not Outcome.NO_EFFECT and entry.fingerprint != call.fp
+                and (call.held or not entry.in_flight))
+
+    def _keyed(self, call: _Call, entry: LedgerEntry) -> ToolResult | None:
+        """An explicit key's answer from its retained entry: a conflict when it was used with
+        other arguments, the recorded result (a replay) after a success; ``None`` otherwise."""
+        g = self._g
+        if not self._explicit(call) or entry.at + g.idempotency_retention <= time.time():
+            return None
+        if self._conflicts(call, entry):
+            g._budgets.refund(call)
+            return g._pipeline.fail(call, from_entry(
+                g.catalog.get("idempotency_conflict"),
+                f"this idempotency key was already used for a {call.name} call with other "
+                "arguments; nothing was run"), count=False)
+        if entry.effect is Outcome.APPLIED and entry.told == "ok":
+            return self._replay(call, entry)
+        return None
+
+    def _replay(self, call: _Call, entry: LedgerEntry) -> ToolResult:
+        """The recorded answer of an explicit key's success, marked as a replay."""
+        g = self._g
+        g._budgets.refund(call)
+        if entry.told_text is None:  # too large to keep: say it happened, not what it said
+            return g._pipeline.fail(call, from_entry(
+                g.catalog.get("already_applied"),
+                f"an earlier {call.name} call with this idempotency key already succeeded",
+                outcome=Outcome.APPLIED), count=False)
+        try:
+            data = json.loads(entry.told_text)
+        except ValueError:
+            data = entry.told_text
+        assert call.spec is not None
+        text = (f"{entry.told_text}\n{REPLAY_NOTE.format(tool=call.spec.name)}")
+        return ToolResult(call.spec.name, True, text, data, 0, call.call_id, None, call.fp,
+                          replayed=True)
 
     def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
         """Claim the key, then (as its only holder) verify what an earlier attempt left.
@@ -88,6 +152,9 @@ class Effects:
             return early
         if not call.held:
             pending = self._peek(call)
+            keyed = None if pending is None else self._keyed(call, pending)
+            if keyed is not None:
+                return keyed
             if pending is not None and (yield from self._check(call, pending)) \
                     is Outcome.APPLIED:
                 return self._applied_meanwhile(call, pending)
@@ -98,10 +165,13 @@ class Effects:
         for _ in range(3):
             try:
                 pending = self._pending_effect(call)
-            except StateUnavailableError:
-                return self._unreachable(call)
+            except StateUnavailableError as exc:
+                return self._unreachable(call, exc)
             if pending is None:
                 break
+            keyed = self._keyed(call, pending)
+            if keyed is not None:
+                return keyed
             verdict = self._after_precheck(call, pending, (yield from self._check(call, pending)))
             if not isinstance(verdict, _Swapped):
                 if verdict is not None:
@@ -159,11 +229,19 @@ class Effects:
             g.catalog.get("in_progress"),
             f"an identical {call.name} call is still running"), count=False)
 
-    def _unreachable(self, call: _Call) -> ToolResult:
+    def _unreachable(self, call: _Call, exc: StateUnavailableError | None = None
+                     ) -> ToolResult:
+        """Refused, nothing run: the shared store cannot vouch for the key (unreachable, or
+        restarted and reconciling); when to ask again, if known."""
         g = self._g
+        g._budgets.refund(call)
+        wait = exc.retry_after if exc is not None else None
+        reason = ("the agent's shared safety state is reconciling after a restart"
+                  if wait is not None and exc is not None and "restarted" in str(exc)
+                  else "the agent's shared safety state is unreachable")
         return g._pipeline.fail(call, from_entry(g.catalog.get("state_unavailable"),
-                                           "the agent's shared safety state is unreachable"),
-                          count=False)
+                                                 f"{reason}; {call.name} was not run",
+                                                 retry_after=wait), count=False)
 
     def _unverified(self, call: _Call) -> ToolResult:
         g = self._g
@@ -231,9 +309,10 @@ class Effects:
         if not call.holder:
             call.holder = secrets.token_hex(8)
         try:
-            call.held = g._store.acquire(g.task_id, call.idem, ttl, call.holder)
-        except StateUnavailableError:
-            return self._unreachable(call)
+            call.held = g._store.acquire(g.task_id, call.idem, ttl, call.holder,
+                                         local=g._store.local_ok(spec.name))
+        except StateUnavailableError as exc:
+            return self._unreachable(call, exc)
         return None
 
     def record_dispatch(self, call: _Call) -> None:

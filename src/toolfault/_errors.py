@@ -105,4 +105,13 @@ class ConfigurationError(ToolfaultError, ValueError):
 
 
 class StateUnavailableError(ToolfaultError, ConnectionError):
-    """A store could not be reached; the guard degrades or fails closed, per its policy."""
+    """A store could not be reached, or cannot yet vouch for a side effect (it just restarted
+    empty and its workers are reconciling); the guard degrades or refuses, per its policy.
+
+    ``retry_after``: seconds after which asking again may succeed, when known.
+    """
+
+    def __init__(self, message: str = "the state store is unavailable", *,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

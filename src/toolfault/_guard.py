@@ -67,7 +67,7 @@ _DEADLINE_GRACE = 1.0
 _SHARED = ("_tools", "_store", "_progress", "_observers", "_sink", "_workers", "_sleep",
            "_clock", "redactor")
 _SETTINGS = ("deadline", "isolate_sync_tools", "count_tokens", "_cut_to_budget", "limits",
-             "catalog", "mode", "capture_content", "error_result")
+             "catalog", "mode", "capture_content", "error_result", "idempotency_retention")
 
 
 class Guard:
@@ -95,6 +95,8 @@ class Guard:
         capture_content: bool = False,
         error_result: ErrorDetector | None = default_error_result,
         state_failure: Literal["open", "closed"] = "open",
+        local_side_effects: bool | Iterable[str] = False,
+        idempotency_retention: float = 86400.0,
         scan_env_secrets: bool = True,
         sleep: Callable[[float], None] | None = None,
         clock: Callable[[], float] | None = None,
@@ -105,6 +107,8 @@ class Guard:
     ) -> None:
         if mode not in ("observe", "shape", "enforce"):
             raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
+        if not idempotency_retention > 0:
+            raise ConfigurationError("idempotency_retention must be a positive number of seconds")
         if deadline is not None and not deadline > 0:
             raise ConfigurationError("deadline must be a positive number of seconds or None")
         #: No call takes longer than this: retries, backoff, postconditions, async tools,
@@ -132,10 +136,14 @@ class Guard:
         self.redactor = Redactor(secrets, scan_env=scan_env_secrets)
         self.capture_content = capture_content
         self.error_result = error_result
+        #: Seconds a success under an explicit idempotency key is replayed instead of run
+        #: again (Stripe's 24 hours by default; the store's own TTL bounds it too).
+        self.idempotency_retention = float(idempotency_retention)
         #: The type name of the last error that made the store unreachable, if any.
         self.last_degraded_error: str | None = None
         # Shared with every scope (see ``_SHARED``).
         self._store = DegradingStore(store or MemoryStore(), policy=state_failure,
+                                     local_side_effects=local_side_effects,
                                      on_degrade=lambda exc: self._emitter.degraded(exc))
         self._tools: dict[str, ToolSpec] = {}
         self._observers: list[Callable[[_trace.CallEvent], None]] = list(observers)

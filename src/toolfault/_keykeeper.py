@@ -19,10 +19,11 @@ class KeyKeeper:
     A side effect can run past its key's TTL (an attempt that timed out but still runs, or
     retries plus checks); if the key expired, another worker could claim it and run the
     same action while the first still might land.  The keeper renews each held key every
-    third of its TTL (a lock watchdog, as Redisson's), from one daemon thread that exists
-    only while keys are held.  So a key expires when the process holding it is gone, or
-    ``max_hold`` seconds after it was claimed (an attempt hung for an hour no longer blocks
-    its action for the life of the process); a key found lost at renewal is logged.
+    third of its TTL, at least every ``RENEW_EVERY`` seconds (a lock watchdog, as
+    Redisson's), from one daemon thread that exists only while keys are held.  So a key
+    expires when the process holding it is gone, or ``max_hold`` seconds after it was
+    claimed (an attempt hung for an hour no longer blocks its action for the life of the
+    process); a key found lost at renewal is logged.
 
     Renewals run on up to ``RENEWERS`` worker threads, so one slow renewal (a store that
     takes seconds to answer for one key) does not hold back the others' renewals; a key
@@ -33,6 +34,10 @@ class KeyKeeper:
     MAX_HOLD = 3600.0
     #: Renewals running at once.
     RENEWERS = 4
+    #: Seconds between renewals at most: a store that restarted without its data has its
+    #: held keys claimed again by their holders within this (well inside the store's
+    #: ``reconcile_seconds``, during which no other worker may claim them).
+    RENEW_EVERY = 1.0
 
     def __init__(self, extend: Callable[[str, str, float, str], bool], *,
                  max_hold: float = MAX_HOLD) -> None:
@@ -55,12 +60,13 @@ class KeyKeeper:
         self._thread, self._keys, self._renewing = None, {}, set()
 
     def hold(self, task: str, token: str, holder: str, ttl: float) -> None:
-        """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds)."""
+        """Keep ``holder``'s key until :meth:`drop` (renewed every ``ttl / 3`` seconds, at
+        least every ``RENEW_EVERY``)."""
         now = time.monotonic()
         with self._changed:
             kept = self._keys.get((task, token, holder))
             until = kept[2] if kept is not None else now + self.max_hold
-            self._keys[(task, token, holder)] = [ttl, now + ttl / 3, until]
+            self._keys[(task, token, holder)] = [ttl, now + min(ttl / 3, self.RENEW_EVERY), until]
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="toolfault-keys",
                                                 daemon=True)
@@ -78,6 +84,12 @@ class KeyKeeper:
         with self._changed:
             self._keys.clear()
             self._changed.notify()
+
+    def snapshot(self) -> list[tuple[str, str, str, float]]:
+        """The keys kept now, as (task, token, holder, ttl)."""
+        with self._changed:
+            return [(task, token, holder, kept[0])
+                    for (task, token, holder), kept in self._keys.items()]
 
     @property
     def held(self) -> int:
@@ -124,7 +136,7 @@ class KeyKeeper:
                     log.warning("toolfault: an idempotency key was held for %.0f s; it is "
                                 "no longer renewed", self.max_hold)
                     continue
-                kept[1] = now + kept[0] / 3
+                kept[1] = now + min(kept[0] / 3, self.RENEW_EVERY)
                 if key not in self._renewing:  # else its last renewal is still running
                     self._renewing.add(key)
                     jobs.put((key, kept[0]))

@@ -41,6 +41,9 @@ class ToolResult:
     call_id: str = ""
     failure: FailureInfo | None = None
     _fingerprint: Any = field(default="", repr=False, compare=False)
+    #: The recorded answer of an earlier call with the same explicit idempotency key: this
+    #: call did not run the tool (``Effect: applied``, by that earlier call).
+    replayed: bool = False
 
     @property
     def fingerprint(self) -> str:
@@ -64,8 +67,8 @@ class ToolResult:
     @property
     def outcome(self) -> Outcome:
         """What happened to the world: a success applied its effect, a failure says."""
-        if self.failure is None:
-            return Outcome.NO_EFFECT
+        if self.failure is None:  # a replay: applied, by the earlier call with its key
+            return Outcome.APPLIED if self.replayed else Outcome.NO_EFFECT
         return self.failure.outcome
 
     @property
@@ -179,6 +182,7 @@ def new_result(tool: str, ok: bool, text: str, data: Any, attempts: int, call_id
     result.call_id = call_id
     result.failure = failure
     result._fingerprint = fingerprint
+    result.replayed = False
     result.__class__ = ToolResult
     sealed: ToolResult = result
     return sealed

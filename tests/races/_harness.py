@@ -69,11 +69,29 @@ def effects_in(folder: Path, trial: str) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def make_guard(store: Store, folder: Path, *, postcondition: bool, task: str = "t"
-               ) -> Guard:
-    """A worker's guard with one side-effecting tool that lands, then times out."""
+def make_guard(store: Store, folder: Path, *, postcondition: bool, task: str = "t",
+               policy: str = "open", explicit: bool = False) -> Guard:
+    """A worker's guard with one side-effecting tool that lands, then times out.
+
+    ``explicit``: the tool succeeds at once instead, under an explicit idempotency key (the
+    trial): a repeat must be replayed, never run again.
+    """
+    # TOOLFAULT_RACES_LOCAL=1: side effects may run on a local claim during an outage (the
+    # opt-in; a control run showing the outage settings can tell a duplicate when one occurs).
     guard = Guard(store=store, task_id=task, limits=Limits(backoff=FAST),
-                  scan_env_secrets=False)
+                  scan_env_secrets=False, state_failure=policy,  # type: ignore[arg-type]
+                  local_side_effects=os.environ.get("TOOLFAULT_RACES_LOCAL") == "1")
+    if explicit:
+        @guard.tool(side_effect=True, idempotency_key=["trial"])
+        def send_invoice(trial: str, amount: int) -> str:
+            fd = os.open(folder / trial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, b"x")
+            finally:
+                os.close(fd)
+            return "sent"
+
+        return guard
 
     def landed(args: dict[str, Any]) -> bool:
         return effects_in(folder, str(args["trial"])) > 0
@@ -172,7 +190,7 @@ class _Gate:
 
 
 def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[str],
-                    gates: list[_Gate], postcondition: bool) -> None:
+                    gates: list[_Gate], postcondition: bool, explicit: bool = False) -> None:
     lanes = len(gates)
     failed: list[BaseException] = []
 
@@ -183,7 +201,8 @@ def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[s
             failed.append(exc)
 
     def run_lane(k: int) -> None:
-        guard = make_guard(make_store(), folder, postcondition=postcondition)
+        guard = make_guard(make_store(), folder, postcondition=postcondition,
+                           explicit=explicit)
         for round_, trial in enumerate(names[k::lanes]):
             gates[k].wait(round_)
             worker_calls(guard, trial)
@@ -202,7 +221,8 @@ def _process_worker(make_store: Callable[[], Store], folder: Path, names: list[s
 
 
 def process_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
-                   workers: int, trials: int, postcondition: bool, lanes: int = 8) -> Tally:
+                   workers: int, trials: int, postcondition: bool, lanes: int = 8,
+                   explicit: bool = False) -> Tally:
     """``trials`` trials, each raced by ``workers`` spawned processes, ``lanes`` at a time.
 
     A worker killed by a signal (seen once: SIGSEGV in a worker under 8x8 SQLite load, not
@@ -211,11 +231,11 @@ def process_trials(setting: str, make_store: Callable[[], Store], folder: Path, 
     """
     try:
         return _process_trials(setting, make_store, folder, workers=workers, trials=trials,
-                               postcondition=postcondition, lanes=lanes)
+                               postcondition=postcondition, lanes=lanes, explicit=explicit)
     except _WorkerKilled as killed:
         print(f"race setting {setting}: {killed}; rerunning it once", file=sys.stderr)
         return _process_trials(setting, make_store, folder, workers=workers, trials=trials,
-                               postcondition=postcondition, lanes=lanes)
+                               postcondition=postcondition, lanes=lanes, explicit=explicit)
 
 
 class _WorkerKilled(RuntimeError):
@@ -223,7 +243,8 @@ class _WorkerKilled(RuntimeError):
 
 
 def _process_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
-                    workers: int, trials: int, postcondition: bool, lanes: int) -> Tally:
+                    workers: int, trials: int, postcondition: bool, lanes: int,
+                    explicit: bool = False) -> Tally:
     """Spawned, not forked: a fork of a threaded test process can inherit a held lock."""
     import multiprocessing
 
@@ -231,7 +252,7 @@ def _process_trials(setting: str, make_store: Callable[[], Store], folder: Path,
     names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
     gates = [_Gate(ctx, workers) for _ in range(lanes)]
     procs = [ctx.Process(target=_process_worker,
-                         args=(make_store, folder, names, gates, postcondition))
+                         args=(make_store, folder, names, gates, postcondition, explicit))
              for _ in range(workers)]
     for p in procs:
         p.start()
@@ -397,37 +418,99 @@ def cap_thread_trials(setting: str, *, threads: int, trials: int, limit: int = 2
                  "over the cap")
 
 
-def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], None],
-                  up: Callable[[], None], trials: int, lanes: int = 20) -> Tally:
-    """Rounds of ``lanes`` trials: with Redis down, worker A's call lands and times out
-    (fail-open, recorded locally); Redis comes back; A retries, then worker B does."""
+def sequential_key_trials(setting: str, make_store: Callable[[], Store], folder: Path, *,
+                          trials: int, repeats: int = 3) -> Tally:
+    """Each trial: the same successful call under an explicit key, ``repeats`` times in a
+    row from one worker, and once more from a second worker (another store handle)."""
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    first = make_guard(make_store(), folder, postcondition=False, explicit=True)
+    second = make_guard(make_store(), folder, postcondition=False, explicit=True)
+    for name in names:
+        for _ in range(repeats):
+            worker_calls(first, name, 1)
+        worker_calls(second, name, 1)
+    first.close()
+    second.close()
+    return tally(setting, folder, names)
+
+
+def _remote_retrier(url: str, prefix: str, policy: str, folder: Path, lanes: int,
+                    inbox: Any, outbox: Any, explicit: bool = False) -> None:
+    """Worker B, in a process of its own: one guard per lane; each batch of trial names it
+    is sent, it calls as a model would (up to 3 calls per trial), then says so."""
     from toolfault.stores import RedisStore
 
-    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
-    prefix = f"race{uuid.uuid4().hex[:8]}"
-
-    def guard_for() -> Guard:
-        guard = make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
-                           postcondition=True)
-        guard._store._retry_after = 0.05  # try the primary again soon after an outage
-        return guard
-
-    for start in range(0, trials, lanes):
-        batch = names[start:start + lanes]
-        pairs = [(guard_for(), guard_for()) for _ in batch]
-        down()
-        threads = [threading.Thread(target=worker_calls, args=(a, n, 1))
-                   for (a, _), n in zip(pairs, batch, strict=True)]
+    guards = [make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
+                         postcondition=True, policy=policy, explicit=explicit)
+              for _ in range(lanes)]
+    outbox.put("ready")
+    while (names := inbox.get()) is not None:
+        threads = [threading.Thread(target=worker_calls, args=(g, n, 3))
+                   for g, n in zip(guards, names, strict=False)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        up()
-        time.sleep(TOOL_RUNS * 2)
-        for (a, b), n in zip(pairs, batch, strict=True):
-            worker_calls(a, n, 1)
-            worker_calls(b, n, 1)
-        for a, b in pairs:
-            a.close()
-            b.close()
+        outbox.put("done")
+    for guard in guards:
+        guard.close()
+
+
+def outage_trials(setting: str, url: str, folder: Path, *, down: Callable[[], None],
+                  up: Callable[[], None], trials: int, delay: float, policy: str = "open",
+                  lanes: int = 50, explicit: bool = False) -> Tally:
+    """Rounds of ``lanes`` trials: worker A's call lands, then Redis goes down while the call
+    is still in flight (its answer and release meet the outage), or (every other trial) A
+    makes its call during the outage; Redis comes back; ``delay``
+    seconds later worker B, in another process, retries each trial as a model would; then
+    A retries too.  ``policy``: the guards' ``state_failure``.  ``explicit``: the call
+    succeeds under an explicit key, and ended before the outage (a repeat after success)."""
+    import multiprocessing
+
+    from toolfault.stores import RedisStore
+
+    names = [f"{setting}-{uuid.uuid4().hex[:6]}-{i}" for i in range(trials)]
+    prefix = f"race{uuid.uuid4().hex[:8]}"
+    ctx = multiprocessing.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    remote = ctx.Process(target=_remote_retrier,
+                         args=(url, prefix, policy, folder, lanes, inbox, outbox, explicit))
+    remote.start()
+    try:
+        outbox.get(timeout=120)
+        guards = [make_guard(RedisStore(url, prefix=prefix, socket_timeout=0.2), folder,
+                             postcondition=True, policy=policy, explicit=explicit)
+                  for _ in range(lanes)]
+        for start in range(0, trials, lanes):
+            batch = names[start:start + lanes]
+            threads = [threading.Thread(target=worker_calls, args=(a, n, 1))
+                       for a, n in zip(guards, batch, strict=False)]
+            for t in threads[0::2]:  # in flight when the outage begins
+                t.start()
+            deadline = time.monotonic() + 2
+            while (time.monotonic() < deadline
+                   and not all(effects_in(folder, n) for n in batch[0::2])):
+                time.sleep(0.001)
+            if explicit:  # a repeat after success: the first calls ended
+                for t in threads[0::2]:
+                    t.join()
+            down()  # the effects landed; the calls are still in flight
+            for t in threads[1::2]:  # made during the outage
+                t.start()
+            for t in threads:
+                t.join()
+            time.sleep(0.3)
+            up()  # returns once Redis answers again
+            time.sleep(delay)
+            inbox.put(batch)
+            outbox.get(timeout=300)
+            for a, n in zip(guards, batch, strict=False):
+                worker_calls(a, n, 1)
+        for guard in guards:
+            guard.close()
+    finally:
+        inbox.put(None)
+        remote.join(60)
+        if remote.is_alive():
+            remote.kill()
     return tally(setting, folder, names)

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import hypothesis  # noqa: F401 - loaded up front: its plugin imports it at the very end,
@@ -19,7 +20,12 @@ import pytest  # where CPython 3.11 can fail to compile after many asyncio.run()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stores"))
 
 from _harness import Tally  # noqa: E402
-from _redis_server import RedisServer, start_redis  # noqa: E402
+from _redis_server import (  # noqa: E402
+    RedisServer,
+    seed_cluster_epoch,
+    start_cluster,
+    start_redis,
+)
 
 TALLIES: list[Tally] = []
 
@@ -56,3 +62,17 @@ def race_redis() -> Iterator[RedisServer]:
     server = start_redis()
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="session")
+def race_cluster() -> Iterator[Any]:
+    """A 3-master Redis Cluster (``TOOLFAULT_REDIS_CLUSTER_URL``, started by ``.ci/run``, or
+    one of the race suite's own); workers get one node's URL (``.url``)."""
+    given = os.environ.get("TOOLFAULT_REDIS_CLUSTER_URL")
+    if given:
+        seed_cluster_epoch(given)
+        yield SimpleNamespace(url=given)
+        return
+    cluster = start_cluster()
+    yield cluster
+    cluster.kill()

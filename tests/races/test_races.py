@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +22,10 @@ from _harness import (
     gather_trials,
     outage_trials,
     process_trials,
+    sequential_key_trials,
     thread_trials,
 )
-from _redis_server import RedisServer, start_redis, start_redis_on
+from _redis_server import RedisCluster, RedisServer, start_redis, start_redis_on
 
 from toolfault import MemoryStore
 from toolfault.stores import Store
@@ -121,34 +126,145 @@ def test_threads_making_identical_failing_calls_respect_the_cap(record: Any) -> 
     check(cap_thread_trials("cap-threads-32-limit2", threads=32, trials=TRIALS), record)
 
 
-def test_redis_pause_during_a_side_effect(tmp_path: Path, record: Any) -> None:
-    """A side effect recorded locally while Redis is paused (fail-open) is not run again
-    after Redis answers again, by the same worker or another."""
-    server = start_redis()
-    try:
-        check(outage_trials("redis-pause", server.url, tmp_path,
-                            down=lambda: server.proc.send_signal(signal.SIGSTOP),
-                            up=lambda: server.proc.send_signal(signal.SIGCONT),
-                            trials=TRIALS), record)
-    finally:
-        server.proc.send_signal(signal.SIGCONT)
-        server.kill()
+#: Trials of the slower settings (outages, the cluster, explicit keys): 100 each in CI.
+SLOW_TRIALS = int(os.environ.get("TOOLFAULT_RACES_SLOW_TRIALS", "100"))
 
 
-def test_redis_restart_during_a_side_effect(tmp_path: Path, record: Any) -> None:
-    """Redis killed and restarted empty while a side effect is recorded locally: the local
-    ledger is written back on recovery, before the effect could be dispatched again."""
-    server = start_redis()
+def _send(port: int, command: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(command)
+        return sock.recv(64)
+
+
+def _wait_until_up(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if _send(port, b"PING\r\n").startswith(b"+PONG"):
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError("redis did not answer again")
+
+
+def _outage(kind: str, box: list[RedisServer]) -> tuple[Callable[[], None],
+                                                         Callable[[], None]]:
+    """down() and up() for one kind of outage of the server in ``box``."""
+    if kind == "sigstop":
+        def cont() -> None:
+            box[0].proc.send_signal(signal.SIGCONT)
+            _wait_until_up(box[0].port)
+
+        return lambda: box[0].proc.send_signal(signal.SIGSTOP), cont
+    if kind == "client-pause":
+        until = [0.0]
+
+        def pause() -> None:
+            until[0] = time.monotonic() + 0.8
+            _send(box[0].port, b"CLIENT PAUSE 800 ALL\r\n")
+
+        def unpause() -> None:
+            time.sleep(max(0.0, until[0] - time.monotonic()))
+            _wait_until_up(box[0].port)
+
+        return pause, unpause
+    if kind == "debug-sleep":
+        sleeper: list[threading.Thread] = []
+
+        def sleep() -> None:
+            t = threading.Thread(target=_send, args=(box[0].port, b"DEBUG SLEEP 0.8\r\n"))
+            t.start()
+            sleeper[:] = [t]
+            time.sleep(0.01)
+
+        def wake() -> None:
+            sleeper[0].join()
+            _wait_until_up(box[0].port)
+
+        return sleep, wake
+    assert kind == "restart"
+
+    def kill() -> None:
+        box[0].kill()
+
+    def restart() -> None:  # empty: no persistence, so a new epoch
+        box[0] = start_redis_on(box[0].port, "--enable-debug-command", "yes")
+
+    return kill, restart
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+@pytest.mark.parametrize("delay", [0.05, 6.0], ids=["0.05s", "6s"])
+@pytest.mark.parametrize("kind", ["sigstop", "client-pause", "debug-sleep", "restart"])
+def test_outage_while_a_side_effect_is_in_flight(tmp_path: Path, record: Any, kind: str,
+                                                 delay: float, policy: str) -> None:
+    """Redis goes down (paused, asleep, or restarted without its data) while a side effect
+    is in flight; retried by another process 0.05 s or 6 s after Redis answers again, fail-
+    open or fail-closed, the action never runs twice."""
+    server = start_redis("--enable-debug-command", "yes")
     box = [server]
-
-    def down() -> None:
+    down, up = _outage(kind, box)
+    try:
+        check(outage_trials(f"outage-{kind}-{delay:g}s-{policy}", server.url, tmp_path,
+                            down=down, up=up, trials=SLOW_TRIALS, delay=delay,
+                            policy=policy), record)
+    finally:
+        if box[0].proc.poll() is None:
+            box[0].proc.send_signal(signal.SIGCONT)
         box[0].kill()
 
-    def up() -> None:
-        box[0] = start_redis_on(box[0].port)
 
+@pytest.mark.parametrize("delay", [0.05, 6.0], ids=["0.05s", "6s"])
+def test_restart_with_data_loss_after_explicit_key_successes(tmp_path: Path, record: Any,
+                                                            delay: float) -> None:
+    """Successes under explicit keys, then Redis restarts without its data: another process
+    repeating them 0.05 s later is refused, 6 s later gets the replay (the worker that
+    recorded them wrote its ledger again at the new epoch); nothing runs twice."""
+    server = start_redis("--enable-debug-command", "yes")
+    box = [server]
+    down, up = _outage("restart", box)
     try:
-        check(outage_trials("redis-restart", server.url, tmp_path, down=down, up=up,
-                            trials=TRIALS), record)
+        check(outage_trials(f"restart-data-loss-explicit-key-{delay:g}s", server.url,
+                            tmp_path, down=down, up=up, trials=SLOW_TRIALS, delay=delay,
+                            explicit=True), record)
     finally:
         box[0].kill()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "redis-cluster"])
+def test_explicit_key_repeats_after_success_in_sequence(
+        tmp_path: Path, record: Any, kind: str, race_redis: RedisServer,
+        race_cluster: RedisCluster) -> None:
+    """The same successful call under an explicit key, three times in a row and then from a
+    second worker, runs once."""
+    make = sqlite_maker(tmp_path / "state.db") if kind == "sqlite" else \
+        redis_maker(race_redis.url if kind == "redis" else race_cluster.url)
+    effects = tmp_path / "effects"
+    effects.mkdir()
+    check(sequential_key_trials(f"explicit-key-sequential-{kind}", make, effects,
+                                trials=SLOW_TRIALS), record)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "redis-cluster"])
+def test_explicit_key_raced_by_8_processes(tmp_path: Path, record: Any, kind: str,
+                                           race_redis: RedisServer,
+                                           race_cluster: RedisCluster) -> None:
+    """8 processes racing a fast successful call under one explicit key run it once."""
+    make = sqlite_maker(tmp_path / "state.db") if kind == "sqlite" else \
+        redis_maker(race_redis.url if kind == "redis" else race_cluster.url)
+    effects = tmp_path / "effects"
+    effects.mkdir()
+    check(process_trials(f"explicit-key-processes-{kind}-8w", make, effects, workers=8,
+                         trials=SLOW_TRIALS, postcondition=False, explicit=True), record)
+
+
+@pytest.mark.parametrize("postcondition", [True, False], ids=["check", "nocheck"])
+def test_processes_on_a_redis_cluster(tmp_path: Path, record: Any,
+                                      race_cluster: RedisCluster, postcondition: bool) -> None:
+    """8 processes racing one side effect on a 3-master Redis Cluster (the URL of one node)
+    never run it twice."""
+    check(process_trials(
+        f"processes-redis-cluster-8w-{'check' if postcondition else 'nocheck'}",
+        redis_maker(race_cluster.url), tmp_path, workers=8, trials=SLOW_TRIALS,
+        postcondition=postcondition), record)

@@ -7,12 +7,13 @@ outages.  Without a ``redis-server`` binary the Redis tests skip locally but fai
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _redis_server import RedisServer, start_redis
+from _redis_server import RedisServer, seed_cluster_epoch, start_cluster, start_redis
 
 from toolfault import MemoryStore
 from toolfault.stores import Store
@@ -24,6 +25,21 @@ def redis_url() -> Iterator[str]:
     server = start_redis()
     yield server.url
     server.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A 3-master Redis Cluster on loopback (``.ci/run`` starts one and names a node in
+    ``TOOLFAULT_REDIS_CLUSTER_URL``; otherwise one of the session's own); the URL of one
+    node, as a user gives it."""
+    given = os.environ.get("TOOLFAULT_REDIS_CLUSTER_URL")
+    if given:
+        seed_cluster_epoch(given)
+        yield given
+        return
+    cluster = start_cluster()
+    yield cluster.url
+    cluster.kill()
 
 
 @pytest.fixture
@@ -44,6 +60,7 @@ def prefix() -> str:
     "memory",
     "sqlite",
     pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-cluster", marks=pytest.mark.redis),
 ])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path
                ) -> Iterator[Callable[[], Store]]:
@@ -52,7 +69,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path
     memory = MemoryStore()
     kind = request.param
     db = tmp_path / "state.db"
-    url = request.getfixturevalue("redis_url") if kind == "redis" else ""
+    url = request.getfixturevalue("redis_url") if kind == "redis" else \
+        request.getfixturevalue("redis_cluster_url") if kind == "redis-cluster" else ""
     key_prefix = f"tf{uuid.uuid4().hex[:10]}"
 
     def make() -> Store:

@@ -380,11 +380,12 @@ def test_prefix_must_not_carry_a_hash_tag() -> None:
 
 def test_outage_ledger_is_written_back_before_the_key_is_dispatched_again(
         redis_server: RedisServer) -> None:
-    """Fail-open: a side effect recorded locally during an outage reaches Redis on recovery,
-    before this worker or another dispatches the same call again."""
+    """Fail-open with local side effects opted in: a side effect recorded locally during an
+    outage reaches Redis on recovery, before this worker or another dispatches it again."""
     def worker() -> Guard:
         guard = Guard(store=RedisStore(redis_server.url, socket_timeout=0.2), task_id="t1",
-                      state_failure="open", scan_env_secrets=False)
+                      state_failure="open", scan_env_secrets=False,
+                      local_side_effects=["refund"])
         guard._store._retry_after = 0.0  # try Redis again at the next call
 
         @guard.tool(side_effect=True)

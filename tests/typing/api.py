@@ -46,6 +46,12 @@ def stores() -> None:
     shared: Store = RedisStore("redis://127.0.0.1:6379/0")
     Guard(store=durable, state_failure="closed")
     Guard(store=shared, task_id="task-1")
+    fleet: Store = RedisStore(["redis://10.0.0.1:7000/0", "redis://10.0.0.2:7000/0"],
+                              reconcile_seconds=3.0)
+    keyed = Guard(store=fleet, local_side_effects=["send_email"], idempotency_retention=3600)
+    replayed: bool = keyed.call("book", {"ref": "X"}).replayed
+    assert isinstance(replayed, bool)
+    Guard(local_side_effects=True)
 
 
 def admission() -> None:

@@ -82,7 +82,14 @@ def store_figures(*, successes: int = 200, ledger_sizes: tuple[int, int] = (10, 
 
 
 def redis_round_trips(successes: int, url: str | None = None) -> dict[str, Any]:
-    """Round trips a successful call costs on Redis: admit + settle, as the guard does."""
+    """Round trips a successful call costs on Redis: admit + settle, as the guard does.
+
+    Measured back to back (``settle_delay=5.0``: every settle rides on the next admission).
+    At an agent's spacing (50 ms and more) with the default ``settle_delay`` a success costs
+    two: the settle is flushed alone, on purpose, so another worker's identical call is not
+    told ``in_progress`` for a call that already ended (docs/reliability.md, "Round trips per
+    call").
+    """
     label = "Redis round trips per successful call"
     try:
         import redis

@@ -19,7 +19,9 @@ string ``"none"`` is ``None`` (TOML has no null)::
     [tools.write_file]
     side_effect = true
     timeout = 30
-    idempotency_key = ["path"]
+
+    [tools.send_invoice]
+    idempotency_key = ["invoice_id"]   # Stripe's meaning: one invoice_id, one action
 
     [tools.job_status]
     progress_exempt = true
@@ -48,8 +50,9 @@ class ToolConfig:
     """What the user says about one upstream tool, over what its annotations say.
 
     ``side_effect=None`` keeps the annotations' verdict; ``idempotency_key`` names the
-    arguments that identify one logical action (a timed-out call is never re-dispatched for
-    the same key).
+    arguments that identify one logical action, with Stripe's meaning: after a success the
+    same key is answered from the ledger (a replay), never run again, and the same key with
+    other arguments is an ``idempotency_conflict``.
     """
 
     side_effect: bool | None = None

@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlparse
 
 try:
     import redis
     from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -39,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from toolfault._admission import Admission, AdmissionRequest, CallKey
+from toolfault._errors import StateUnavailableError
 from toolfault._records import Incident, LedgerEntry
 from toolfault.stores._deferred import DeferredSettles
 
@@ -156,9 +160,38 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# Idempotency keys hold their holder's token.  KEYS: the key.  ARGV: holder, ttl ms,
-# 1 when a holder was named (claiming a key one holds already extends it).
+# The store's epoch: written once ("<random id>:<ms it was born>"), so a restart that lost the
+# data is seen as a new epoch.  Side effects wait ``reconcile`` ms after an epoch is born, so
+# the workers that held keys or kept ledger entries locally write them back first.
+# Returns the wait left in ms (0: the epoch vouches) and the epoch's value.  Used inline by the
+# key scripts below when the epoch key may share their script (plain Redis), alone otherwise.
+_EPOCH_PART = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = ARGV[4] .. ':' .. now
+  redis.call('SET', KEYS[2], epoch)
+end
+wait = (tonumber(string.match(epoch, ':(%d+)$')) or 0) + tonumber(ARGV[5]) - now
+if wait < 0 then wait = 0 end
+"""
+
+# KEYS: (unused), the epoch key.  ARGV: -, -, -, new epoch id, reconcile ms.
+_EPOCH = ("if redis.replicate_commands then redis.replicate_commands() end\nlocal wait = 0\n"
+          + _EPOCH_PART + "return {wait, epoch}")
+
+# Idempotency keys hold their holder's token.  KEYS: the key, [the epoch key].  ARGV: holder,
+# ttl ms, 1 when a holder was named (claiming a key one holds already extends it), new epoch
+# id, reconcile ms, [wait ms when the epoch was read apart].  A negative reply: the epoch is
+# too young to vouch for a new claim (minus the ms left); nothing was claimed.
 _ACQUIRE_KEY = """
+if redis.replicate_commands then redis.replicate_commands() end
+local wait = tonumber(ARGV[6]) or 0
+if KEYS[2] then
+""" + _EPOCH_PART + """
+end
+if wait > 0 then return -wait end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if ARGV[3] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -173,9 +206,23 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# KEYS: the key.  ARGV: holder, ttl ms.  Extended only while its holder holds it.
+# KEYS: the key, [the epoch key].  ARGV: holder, ttl ms, -, new epoch id, reconcile ms,
+# [wait ms when the epoch was read apart].  Extended only while its holder holds it; a key
+# found missing while the epoch is young (the store restarted empty) is claimed again for
+# its holder, which is still running: that is the reconciliation of a held key.
 _EXTEND_KEY = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if redis.replicate_commands then redis.replicate_commands() end
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if held then return 0 end
+local wait = tonumber(ARGV[6]) or 0
+if KEYS[2] then
+""" + _EPOCH_PART + """
+end
+if wait > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
 return 0
 """
 
@@ -198,8 +245,83 @@ return false
 """
 
 
+log = logging.getLogger("toolfault")
+
+#: The epoch key: one per Redis database, whatever the prefix (a restart empties them all).
+EPOCH_KEY = "toolfault:epoch"
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _is_cluster_node(url: str, timeout: float) -> bool:
+    """Whether ``url`` names a node of a Redis Cluster (``INFO cluster``).  An unreachable
+    server counts as a plain one: a redirect met later switches the store to the cluster
+    client (see :class:`_NodeClient`)."""
+    probe = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                 retry=Retry(NoBackoff(), 0))
+    try:
+        return bool(probe.info("cluster").get("cluster_enabled"))
+    except redis.RedisError:
+        return False
+    finally:
+        probe.close()
+
+
+def _node_client(url: str, timeout: float) -> Any:
+    client: Any = _NodeClient.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_timeout=False,
+        health_check_interval=0,
+    )
+    client.cluster_urls = [url]
+    client.timeout = timeout
+    return client
+
+
+def _cluster_client(urls: list[str], timeout: float) -> Any:
+    """The cluster client: it follows MOVED and ASK itself (a few times at most, so an
+    outage still surfaces quickly)."""
+    nodes = []
+    for url in urls:
+        parsed = urlparse(url)
+        nodes.append(ClusterNode(parsed.hostname or "127.0.0.1",  # type: ignore[no-untyped-call]
+                                 parsed.port or 6379))
+    first = urlparse(urls[0])
+    return RedisCluster(startup_nodes=nodes, socket_timeout=timeout,
+                        socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 2),
+                        password=first.password, username=first.username or None)
+
+
+class _NodeClient(redis.Redis):
+    """A plain client that refuses to be quietly wrong about a cluster: a MOVED, ASK or
+    CROSSSLOT reply (the URL named a cluster node that was unreachable when the store was
+    built) raises :class:`ClusterRedirect`, which the guard treats as an outage (reported,
+    side effects refused), and the store uses the cluster client from then on."""
+
+    cluster_urls: list[str]
+    timeout: float
+    on_redirect: Any = None
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except redis.ResponseError as exc:
+            redirect = isinstance(exc, (redis.exceptions.MovedError, redis.exceptions.AskError))
+            if not (redirect or "CROSSSLOT" in str(exc)) or self.on_redirect is None:
+                raise
+            self.on_redirect()
+            raise ClusterRedirect(
+                "the Redis URL names a node of a Redis Cluster: switched to the cluster "
+                "client") from exc
+
+
+class ClusterRedirect(redis.ConnectionError):
+    """A plain client met a cluster redirect; the store switched to the cluster client."""
 
 
 class RedisStore:
@@ -215,13 +337,15 @@ class RedisStore:
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        url: str | Sequence[str] = "redis://127.0.0.1:6379/0",
         *,
         prefix: str = "toolfault",
         ttl_seconds: float = 86400.0,
         client: Any = None,
         socket_timeout: float = 0.5,
         settle_delay: float = 0.02,
+        cluster: bool | None = None,
+        reconcile_seconds: float = 3.0,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             from toolfault._errors import ConfigurationError
@@ -231,20 +355,46 @@ class RedisStore:
             from toolfault._errors import ConfigurationError
 
             raise ConfigurationError("settle_delay must not be negative")
+        if reconcile_seconds < 0:
+            from toolfault._errors import ConfigurationError
+
+            raise ConfigurationError("reconcile_seconds must not be negative")
         self.prefix = prefix
         self.ttl_ms = max(1, math.ceil(ttl_seconds * 1000))
         self.settle_delay = settle_delay
+        self.reconcile_ms = math.ceil(reconcile_seconds * 1000)
         self._owned = client is None
         if client is None:
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                retry=Retry(NoBackoff(), 0),
-                retry_on_timeout=False,
-                health_check_interval=0,
-            )
+            urls = [url] if isinstance(url, str) else list(url)
+            if not urls:
+                from toolfault._errors import ConfigurationError
+
+                raise ConfigurationError("url: give one Redis URL or a list of cluster nodes")
+            if cluster is None:
+                cluster = len(urls) > 1 or _is_cluster_node(urls[0], socket_timeout)
+            client = _cluster_client(urls, socket_timeout) if cluster else \
+                _node_client(urls[0], socket_timeout)
+        self._bind(client)
+        if isinstance(client, _NodeClient):
+            client.on_redirect = self._to_cluster
+        self._tags: dict[str, str] = {}
+        # Reservation tokens: unique per store handle (random part) and per call (counter).
+        self._nonce = os.urandom(6).hex()
+        self._seq = itertools.count()
+        #: request -> (reservation key, token) while the call holds a reservation
+        self._reserved: dict[AdmissionRequest, tuple[str, str]] = {}
+        #: reservation keys whose fingerprint failed since: their settle goes out at once
+        self._failed: set[str] = set()
+        #: settled reservations not yet sent, by task (ridden along or flushed)
+        self._unsettled: DeferredSettles[tuple[str, str]] = DeferredSettles(self, settle_delay)
+
+    def _bind(self, client: Any) -> None:
+        """Use ``client`` (and load the scripts through it)."""
         self.client: Any = client
+        #: A Redis Cluster: keys of different slots never share a script (the epoch is read
+        #: apart from the key it vouches for, one round trip more per side-effect claim).
+        self.clustered = isinstance(client, RedisCluster)
+        self._epoch = client.register_script(_EPOCH)
         self._admit = client.register_script(_ADMIT)
         self._record_failure = client.register_script(_RECORD_FAILURE)
         self._refund = client.register_script(_REFUND)
@@ -256,16 +406,20 @@ class RedisStore:
         self._acquire_key = client.register_script(_ACQUIRE_KEY)
         self._release_key = client.register_script(_RELEASE_KEY)
         self._extend_key = client.register_script(_EXTEND_KEY)
-        self._tags: dict[str, str] = {}
-        # Reservation tokens: unique per store handle (random part) and per call (counter).
-        self._nonce = os.urandom(6).hex()
-        self._seq = itertools.count()
-        #: request -> (reservation key, token) while the call holds a reservation
-        self._reserved: dict[AdmissionRequest, tuple[str, str]] = {}
-        #: reservation keys whose fingerprint failed since: their settle goes out at once
-        self._failed: set[str] = set()
-        #: settled reservations not yet sent, by task (ridden along or flushed)
-        self._unsettled: DeferredSettles[tuple[str, str]] = DeferredSettles(self, settle_delay)
+
+    def _to_cluster(self) -> None:
+        """The URL named a cluster node (found by a redirect): use the cluster client now."""
+        node = self.client
+        if not isinstance(node, _NodeClient):
+            return
+        try:
+            cluster = _cluster_client(node.cluster_urls, node.timeout)
+        except redis.RedisError:
+            return  # unreachable still: the next redirect tries again
+        log.warning("toolfault: %s is a Redis Cluster node; using the cluster client",
+                    node.cluster_urls[0])
+        self._bind(cluster)
+        node.close()
 
     def _tag(self, task: str) -> str:
         """The escaped ``prefix:{task}`` part of a task's keys (cached: quoting is slow)."""
@@ -372,11 +526,36 @@ class RedisStore:
         if cost:
             self._refund(keys=[self.key(task, "spend")], args=[repr(float(cost)), self.ttl_ms])
 
+    # -- the epoch --------------------------------------------------------------------
+    def epoch(self) -> str:
+        """The store's epoch (written once, when first asked): a new one means the server
+        lost its data (restarted without persistence, flushed) since it was last seen."""
+        _, value = self._epoch(keys=[EPOCH_KEY, EPOCH_KEY],
+                               args=["", "", "", self._nonce, self.reconcile_ms])
+        return _text(value)
+
+    def _with_epoch(self, script: Any, key: str, args: list[Any]) -> int:
+        """Run a key script with the epoch checked in the same step (one round trip), or
+        just before it in a cluster (the epoch key lives in a slot of its own)."""
+        args += [self._nonce, self.reconcile_ms]
+        if not self.clustered:
+            return int(script(keys=[key, EPOCH_KEY], args=args))
+        wait, _ = self._epoch(keys=[EPOCH_KEY, EPOCH_KEY], args=["", "", "", *args[-2:]])
+        return int(script(keys=[key], args=[*args, int(wait)]))
+
     # -- idempotency keys -------------------------------------------------------------
     def acquire(self, task: str, token: str, ttl: float, holder: str = "") -> bool:
+        """Claim a key; raises :class:`StateUnavailableError` (nothing claimed) while the
+        store's epoch is younger than ``reconcile_seconds``: it restarted without its data
+        (or is brand new), and workers that held keys may not have written them back yet."""
         px = max(1, math.ceil(ttl * 1000))
-        return bool(self._acquire_key(keys=[self.key(task, "held", token)],
-                                      args=[holder or "1", px, 1 if holder else 0]))
+        got = self._with_epoch(self._acquire_key, self.key(task, "held", token),
+                               [holder or "1", px, 1 if holder else 0])
+        if got < 0:
+            raise StateUnavailableError(
+                "the state store restarted without its data; its workers are reconciling",
+                retry_after=-got / 1000)
+        return bool(got)
 
     def release(self, task: str, token: str, holder: str = "") -> None:
         if not holder:
@@ -385,8 +564,11 @@ class RedisStore:
         self._release_key(keys=[self.key(task, "held", token)], args=[holder])
 
     def extend(self, task: str, token: str, ttl: float, holder: str) -> bool:
+        """Extend a held key; one found missing in a young epoch (the store restarted empty)
+        is claimed again for its holder, which is still running."""
         px = max(1, math.ceil(ttl * 1000))
-        return bool(self._extend_key(keys=[self.key(task, "held", token)], args=[holder, px]))
+        return bool(self._with_epoch(self._extend_key, self.key(task, "held", token),
+                                     [holder, px, ""]))
 
     # -- ledger and incidents ---------------------------------------------------------
     def put_ledger(self, entry: LedgerEntry) -> None:
