@@ -297,7 +297,8 @@ _ENV_SECRET_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "
                                "credential", "credentials", "auth", "apikey", "dsn", "url",
                                "uri", "cookie", "session", "signature", "salt", "pat"})
 #: Shapes of values that never are credentials however the variable is named.
-_ENV_PLAIN = re.compile(r"(?i:true|false|yes|no|on|off|none|null|\d{1,12}|[a-z]++(?:[ ._\-][a-z]++)*+)")
+_ENV_PLAIN = re.compile(r"(?i:true|false|yes|no|on|off|none|null|\d{1,12}|"
+                        r"[a-z]++(?:[ ._\-][a-z]++)*+)")
 
 
 def _credential_like(name: str, value: str) -> bool:
