@@ -190,21 +190,29 @@ INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"\b" + _SQL_WORDS + r"\b[^\n;]{0,300}?\b(?:FROM|INTO|SET|TABLE|WHERE|"
                 r"VALUES|JOIN)\b[^\n;]*+"), "[query]"),
     (re.compile(r"(?i:\bselect\s++\*\s++from\b|\b(?:insert\s++into|delete\s++from)\s++\w|"
-                r"\bupdate\s++[\w.\"`]++\s++set\s++\w)[^\n;]*+"), "[query]"),
+                r"\bupdate\s++[\w.\"`]++\s++set\s++\w|"
+                r"\bselect\s++(?:distinct\s++)?+[\w.\"`*()]++(?:\s++as\s++\w++)?+"
+                r"(?:\s*+,\s*+[\w.\"`*()]++(?:\s++as\s++\w++)?+)*+\s++from\s++[\w.\"`]|"
+                r"\b(?:create|drop|alter|truncate)\s++(?:table|index|view|database|schema)\b)"
+                r"[^\n;]*+"), "[query]"),
     (re.compile(r"\[?\b[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}\]?(?::\d+)?", re.I), "[address]"),
     (re.compile(r"(?<![\w.\-])(?=[\d._\-]*+[^\W\d_])[\w.\-]++:\d{2,5}\b"), "[host]"),
     (re.compile(r"~/[\w.\-]++(?:/[\w.\-]++)*+"), "[path]"),
     (re.compile(r"(?<![\w.\-/~])[\w.\-]++(?:/[\w.\-]++){2,}+"), "[path]"),
     (re.compile(r"(?<![\w.\-])[\w\-]++(?:\.[\w\-]++)++"), _dotted),
     (re.compile(r"(?<![\w.\-/])(?:/[\w.\-]++){2,}+/?"), "[path]"),
-    (re.compile(r"\b[A-Za-z]:\\(?:[\w.\- ]++\\)*+[\w.\- ]*+"), "[path]"),
+    (re.compile(r"\b[A-Za-z]:\\++(?:[\w.\- ]++\\++)*+[\w.\- ]*+"), "[path]"),
+    # UNC paths (\\\\server\\share\\file), also JSON- or repr-escaped (backslashes doubled).
+    (re.compile(r"(?<![\w\\])\\{2,}+[\w.$\-]++(?:\\++[\w.$\-]++)++"), "[path]"),
+    (re.compile(r"\b[A-Za-z]:/[\w.\-]++(?:/[\w.\-]++)*+"), "[path]"),
+    (re.compile(r"\blocalhost\b", re.I), "[host]"),
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "[address]"),
 )
 
 #: For each INTERNAL_PATTERNS entry, literals one of which every match contains, so a text
-#: holding none of them skips that pattern.  ``None``: the case-insensitive SQL shape, gated on
-#: the lower-cased text (ASCII only; under re.I "ſ", "ı", "İ" and the Kelvin sign match ASCII
-#: letters, so non-ASCII text always runs it).
+#: holding none of them skips that pattern.  ``None``: a case-insensitive shape (SQL,
+#: ``localhost``), gated on the lower-cased text (ASCII only; under re.I "ſ", "ı", "İ" and
+#: the Kelvin sign match ASCII letters, so non-ASCII text always runs it).
 _GATES: tuple[str | tuple[str, ...] | None, ...] = (
     "://",
     ("FROM", "INTO", "SET", "TABLE", "WHERE", "VALUES", "JOIN"),
@@ -216,17 +224,23 @@ _GATES: tuple[str | tuple[str, ...] | None, ...] = (
     ".",
     "/",
     ":\\",
+    "\\\\",
+    ":/",
+    None,
     ".",
 )
 
 
 def _gate_open(gate: tuple[str, ...] | None, text: str) -> bool:
-    """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs gate)."""
+    """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs and
+    ``localhost`` gate)."""
     if gate is None:
         if not text.isascii():
             return True
         low = text.lower()
-        return "select" in low or "insert" in low or "delete" in low or "update" in low
+        return ("select" in low or "insert" in low or "delete" in low or "update" in low
+                or "create" in low or "drop" in low or "alter" in low or "truncate" in low
+                or "localhost" in low)
     for literal in gate:  # noqa: SIM110 - no generator frame: this runs per pattern
         if literal in text:
             return True
@@ -446,6 +460,46 @@ def secret_forms(secret: str) -> set[str]:
     return forms
 
 
+#: Characters that continue an identifier (a path, host, address, URL, key): an allowed
+#: value next to one of them is part of something longer than what the model sent.
+_IDENTIFIER = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                        "_.-/\\:@~%+=$#")
+#: Sentence punctuation that may follow a value without joining it ("read notes.txt.").
+_CLOSING = frozenset(".,:;!?")
+
+
+def _stands_alone(text: str, start: int, stop: int) -> bool:
+    """Whether ``text[start:stop]`` is a whole token: no identifier character touches it,
+    but for sentence punctuation followed by the end or a non-identifier character."""
+    if start > 0 and (text[start - 1] in _IDENTIFIER or text[start - 1].isalnum()):
+        return False
+    if stop >= len(text):
+        return True
+    after = text[stop]
+    if after in _CLOSING:
+        return stop + 1 >= len(text) or not (text[stop + 1] in _IDENTIFIER
+                                              or text[stop + 1].isalnum())
+    return not (after in _IDENTIFIER or after.isalnum())
+
+
+def _keep_whole(text: str, value: str, mark: str) -> str:
+    """``text`` with each occurrence of ``value`` that stands alone replaced by ``mark``."""
+    out: list[str] = []
+    at = 0
+    start = text.find(value)
+    while start != -1:
+        stop = start + len(value)
+        if _stands_alone(text, start, stop):
+            out.append(text[at:start])
+            out.append(mark)
+            at = stop
+            start = text.find(value, stop)
+        else:
+            start = text.find(value, start + 1)
+    out.append(text[at:])
+    return "".join(out)
+
+
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
@@ -623,12 +677,14 @@ class Redactor:
         """Redact secrets, then paths, URLs, hosts, addresses and SQL: for reasons.
 
         Strings in ``allow`` (the model's own argument values) are the operation's terms, not
-        the infrastructure's, so a path the model passed may be named back to it.
+        the infrastructure's, so a path the model passed may be named back to it: exactly
+        that value, standing alone, never a longer identifier that merely contains it
+        (``customer="etc"`` does not keep ``/etc/shadow``).
         """
         text = self.secrets(text)
         kept = sorted((a for a in allow if len(a) >= 2 and a in text), key=len, reverse=True)
         for i, original in enumerate(kept):
-            text = text.replace(original, f"\x00{i}\x00")
+            text = _keep_whole(text, original, f"\x00{i}\x00")
         for (pattern, word), gate in _GATED:
             if isinstance(gate, str):
                 if gate not in text:
