@@ -23,7 +23,7 @@ import os
 import re
 import urllib.parse
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from toolfault._jsontext import quote_text
@@ -104,7 +104,7 @@ SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?i:(?<![A-Za-z0-9])(?:api[_-]?key|access[_-]?key|token|secret|password|"
                r"passwd)=)[^\s&;,]++"),
     # A password in a URL's user information: only the password is replaced.
-    re.compile(r"(?<![a-z0-9+.\-])(?i:[a-z][a-z0-9+.\-]*+)://[^\s/?#'\"<>@:]*+:"
+    re.compile(r"(?<![A-Za-z0-9+.\-])(?i:[a-z][a-z0-9+.\-]*+)://[^\s/?#'\"<>@:]*+:"
                r"[^\s/?#'\"<>@]++@(?:[^\s/?#'\"<>@]*+@)*+"),
     # A key without its END line is redacted to the end of the text.
     re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:(?!-----END )[\s\S])*+"
@@ -460,6 +460,83 @@ def secret_forms(secret: str) -> set[str]:
     return forms
 
 
+def _holds_shape(text: str) -> bool:
+    """Whether a credential shape (its format check passed) occurs in ``text``."""
+    return _may_hold_secret(text) and _ANY_SECRET.sub(_shape, text) != text
+
+
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{16,}+=*+")
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}+")
+#: A run of text between spaces and quotes: what URL-decoding or unescaping is tried on.
+_TOKEN_RUN = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]{8,}+")
+#: Runs joined across line breaks (also JSON- and repr-escaped ones), spaces around them.
+_SPLIT_RUN = re.compile(r"(?<![^\s\"'<>])(?:[^\s\"'<>\\]|\\(?![nr]))++(?:[ \t]*+(?:(?:\r?+\n|\r)++|"
+                        r"(?:\\++[nr])++)[ \t]*+(?:[^\s\"'<>\\]|\\(?![nr]))++)++")
+#: A line break and the indent after it (the space before it stays: "Bearer" and its token).
+_LINE_BREAKS = re.compile(r"(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+")
+_U_ESCAPE = re.compile(r"\\++u([0-9a-fA-F]{4})")
+
+
+def _unescaped(token: str) -> str:
+    """A token's JSON (and repr-doubled) escapes undone: ``\\/``, ``\\uXXXX``, ``\\\\``."""
+    text = _U_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
+    text = re.sub(r"\\++/", "/", text)
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _b64_decoded(run: str) -> str:
+    """A base64 or base64url run decoded as text (``""`` when it is neither)."""
+    body = run.rstrip("=")
+    body = body + "=" * (-len(body) % 4)
+    try:
+        raw = base64.b64decode(body.replace("-", "+").replace("_", "/"), validate=True)
+    except ValueError:
+        return ""
+    return raw.decode("utf-8", "replace")
+
+
+def _encoded_run(match: re.Match[str], decode: Callable[[str], str]) -> str:
+    run = match.group(0)
+    decoded = decode(run)
+    return REDACTED if decoded and decoded != run and _holds_shape(decoded) else run
+
+
+def _encoded_shapes(text: str) -> str:
+    """Credential shapes that travel encoded: base64 or base64url, hex, URL-encoded,
+    JSON- or repr-escaped, or split across lines; each such run is replaced whole.
+
+    A registered secret is found in these forms by its precomputed forms; a key no one
+    registered is found here, by decoding what could hold one and looking for its shape.
+    """
+    if _B64_RUN.search(text):
+        text = _B64_RUN.sub(lambda m: _encoded_run(m, _b64_decoded), text)
+    if "%" in text:
+        text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, urllib.parse.unquote_plus)
+                              if "%" in m.group(0) else m.group(0), text)
+    if "\\" in text:
+        text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, _unescaped)
+                              if "\\" in m.group(0) else m.group(0), text)
+    if _HEX_RUN.search(text):
+        text = _HEX_RUN.sub(lambda m: _encoded_run(
+            m, lambda run: bytes.fromhex(run[:len(run) // 2 * 2]).decode("utf-8", "replace")),
+            text)
+    if "\n" in text or "\r" in text or "\\" in text:
+        text = _SPLIT_RUN.sub(lambda m: _encoded_run(m, _joined), text)
+    return text
+
+
+def _joined(run: str) -> str:
+    """A run split across lines, joined again (and decoded, as one token may be)."""
+    joined = _LINE_BREAKS.sub("", run)
+    if _holds_shape(joined):
+        return joined
+    for decode in (_b64_decoded, urllib.parse.unquote_plus, _unescaped):
+        decoded = decode(joined)
+        if decoded and _holds_shape(decoded):
+            return decoded
+    return joined
+
+
 #: Characters that continue an identifier (a path, host, address, URL, key): an allowed
 #: value next to one of them is part of something longer than what the model sent.
 _IDENTIFIER = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -644,6 +721,8 @@ class Redactor:
         out = self._registered(text) if self._forms else text
         if _may_hold_secret(out):
             out = _ANY_SECRET.sub(_shape, out)
+        if len(out) >= 16:
+            out = _encoded_shapes(out)
         return out
 
     def verbatim(self, text: str, obj: dict[str, Any], *, parsed: bool = False) -> bool:
