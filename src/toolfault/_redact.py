@@ -469,8 +469,9 @@ _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{16,}+=*+")
 _HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}+")
 #: A run of text between spaces and quotes: what URL-decoding or unescaping is tried on.
 _TOKEN_RUN = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]{8,}+")
-#: Runs joined across line breaks (also JSON- and repr-escaped ones), spaces around them.
-_SPLIT_RUN = re.compile(r"(?<![^\s\"'<>])(?:[^\s\"'<>\\]|\\(?![nr]))++(?:[ \t]*+(?:(?:\r?+\n|\r)++|"
+#: Runs joined across line breaks (also JSON- and repr-escaped ones), spaces around them,
+#: with the word "Bearer" before one (its token is the run).
+_SPLIT_RUN = re.compile(r"(?<![^\s\"'<>])(?:(?i:bearer)[ \t]++)?+(?:[^\s\"'<>\\]|\\(?![nr]))++(?:[ \t]*+(?:(?:\r?+\n|\r)++|"
                         r"(?:\\++[nr])++)[ \t]*+(?:[^\s\"'<>\\]|\\(?![nr]))++)++")
 #: A line break and the indent after it (the space before it stays: "Bearer" and its token).
 _LINE_BREAKS = re.compile(r"(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+")
@@ -530,6 +531,9 @@ def _joined(run: str) -> str:
     joined = _LINE_BREAKS.sub("", run)
     if _holds_shape(joined):
         return joined
+    spaced = _LINE_BREAKS.sub(" ", run)  # "Bearer" and its token on lines of their own
+    if _holds_shape(spaced):
+        return spaced
     for decode in (_b64_decoded, urllib.parse.unquote_plus, _unescaped):
         decoded = decode(joined)
         if decoded and _holds_shape(decoded):
