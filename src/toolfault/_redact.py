@@ -471,8 +471,12 @@ _HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}+")
 _TOKEN_RUN = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]{8,}+")
 #: Runs joined across line breaks (also JSON- and repr-escaped ones), spaces around them,
 #: with the word "Bearer" before one (its token is the run).
-_SPLIT_RUN = re.compile(r"(?<![^\s\"'<>])(?:(?i:bearer)[ \t]++)?+(?:[^\s\"'<>\\]|\\(?![nr]))++(?:[ \t]*+(?:(?:\r?+\n|\r)++|"
-                        r"(?:\\++[nr])++)[ \t]*+(?:[^\s\"'<>\\]|\\(?![nr]))++)++")
+_RUN_CHAR = r"(?:[^\s\"'<>\\]|\\(?![nr]))"
+_BREAK = r"[ \t]*+(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+"
+_SPLIT_RUN = re.compile(
+    r"(?<![^\s\"'<>])(?:(?i:bearer)" + _BREAK + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR
+    + r"++)*+|(?i:bearer)[ \t]++" + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR + r"++)++|"
+    + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR + r"++)++)")
 #: A line break and the indent after it (the space before it stays: "Bearer" and its token).
 _LINE_BREAKS = re.compile(r"(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+")
 _U_ESCAPE = re.compile(r"\\++u([0-9a-fA-F]{4})")
