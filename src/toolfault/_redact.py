@@ -48,9 +48,15 @@ def _openai_key(match: str) -> bool:
 
 
 def _aws_key(match: str) -> bool:
-    """AKIA + 16 is an access key id; the other prefixes (``ASIA``: temporary keys) need a
-    digit in the body, so ``ASIAPACIFICSALESTEAM`` is a word, not a key."""
-    return match.startswith("AKIA") or any(c.isdigit() for c in match[4:])
+    """AKIA + 16 is an access key id; the other prefixes (``ASIA``: temporary keys) need
+    the real body, base32 (``A-Z``, ``2-7``) with a digit in it, so ``ASIAPACIFICSALESTEAM``
+    and ``ASIANFUSIONKITCHEN12`` are words, not keys."""
+    body = match[4:]
+    return match.startswith("AKIA") or (_BASE32.issuperset(body)
+                                        and any(c.isdigit() for c in body))
+
+
+_BASE32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
 
 
 def _bearer_token(match: str) -> bool:
@@ -386,8 +392,10 @@ def _no_secret_key(obj: dict[Any, Any], parsed: bool = False) -> bool:
     return True
 
 #: What may sit between the characters of a secret split across lines: whitespace, and the
-#: escaped line breaks of JSON text (also repr-escaped, their backslash doubled).
-_SEPARATORS = re.compile(r"\s++|(?:\\++[nrt])++")
+#: escaped line breaks of JSON text (also repr-escaped, their backslash doubled); and every
+#: backslash of a run but the first, so an escape nested any number of times (JSON inside
+#: repr inside JSON) reads as escaped once.
+_SEPARATORS = re.compile(r"\s++|(?:\\++[nrt])++|(?<=\\)\\++")
 _MIN_ENCODED = 8
 
 
@@ -506,6 +514,22 @@ def _encoded_run(match: re.Match[str], decode: Callable[[str], str]) -> str:
     return REDACTED if decoded and decoded != run and _holds_shape(decoded) else run
 
 
+def _b64_run(match: re.Match[str]) -> str:
+    """A base64 run, decoded from its start and, as base64url may follow a name joined by
+    ``_`` or ``-`` (``lookup_QUtJQ…``), from after each of its first few joins."""
+    run = match.group(0)
+    starts = [0]
+    if len(run) <= 4096:
+        starts += [i + 1 for i, c in enumerate(run[:64]) if c in "_-"][:8]
+    for start in starts:
+        piece = run[start:]
+        if len(piece) >= 16:
+            decoded = _b64_decoded(piece)
+            if decoded and _holds_shape(decoded):
+                return run[:start] + REDACTED
+    return run
+
+
 def _encoded_shapes(text: str) -> str:
     """Credential shapes that travel encoded: base64 or base64url, hex, URL-encoded,
     JSON- or repr-escaped, or split across lines; each such run is replaced whole.
@@ -514,7 +538,7 @@ def _encoded_shapes(text: str) -> str:
     registered is found here, by decoding what could hold one and looking for its shape.
     """
     if _B64_RUN.search(text):
-        text = _B64_RUN.sub(lambda m: _encoded_run(m, _b64_decoded), text)
+        text = _B64_RUN.sub(_b64_run, text)
     if "%" in text:
         text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, urllib.parse.unquote_plus)
                               if "%" in m.group(0) else m.group(0), text)
