@@ -134,7 +134,8 @@ def _shape(match: re.Match[str]) -> str:
         return REDACTED
     if check is _url_password:
         return _url_password(match)
-    return REDACTED if check(match.group(0)) else match.group(0)
+    text: str = match.group(0)
+    return REDACTED if check(text) else text
 
 
 #: No shape in SECRET_PATTERNS matches fewer characters than this (``token=x``); a test
