@@ -133,7 +133,8 @@ def _shape(match: re.Match[str]) -> str:
     if check is None:
         return REDACTED
     if check is _url_password:
-        return _url_password(match)
+        replaced: str = _url_password(match)
+        return replaced
     text: str = match.group(0)
     return REDACTED if check(text) else text
 
