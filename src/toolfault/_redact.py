@@ -127,6 +127,43 @@ _ANY_SECRET = re.compile("|".join(f"(?P<s{i}>{p.pattern})"
                                   for i, p in enumerate(SECRET_PATTERNS)))
 
 
+def _checked(check: Callable[[str], bool]) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        text: str = match.group(0)
+        return REDACTED if check(text) else text
+    return replace
+
+
+#: Per SECRET_PATTERNS entry: literals one of which every match holds (``None``: "bearer",
+#: in any case), and the replacement.  Each pattern runs only on text holding its literal,
+#: so a text with none of them costs a few substring tests.
+_BY_SHAPE: tuple[tuple[re.Pattern[str], tuple[str, ...] | None, Any], ...] = tuple(
+    zip(SECRET_PATTERNS, (
+        ("sk-",), ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA"), None,
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), ("xox",),
+        ("k_live_", "k_test_", "glpat-", "AIza"), ("eyJ",), ("=",), ("://",),
+        ("-----BEGIN",)),
+        (_checked(_openai_key), _checked(_aws_key), _checked(_bearer_token), REDACTED,
+         _checked(_slack_token), REDACTED, REDACTED, REDACTED, _url_password, REDACTED),
+        strict=True))
+
+
+def _shapes_sub(text: str) -> str:
+    """Every credential shape in ``text`` replaced (its format check passed)."""
+    lowered: str | None = None
+    for pattern, gate, replacement in _BY_SHAPE:
+        if gate is None:
+            if lowered is None:
+                lowered = text.lower()
+            if "bearer" not in lowered:
+                continue
+        elif not any(literal in text for literal in gate):
+            continue
+        text = pattern.sub(replacement, text)
+        lowered = None
+    return text
+
+
 def _shape(match: re.Match[str]) -> str:
     """The replacement for one credential-shaped match (itself when its check says no)."""
     check = _CHECKS[int(match.lastgroup[1:])] if match.lastgroup else None
@@ -472,7 +509,7 @@ def secret_forms(secret: str) -> set[str]:
 
 def _holds_shape(text: str) -> bool:
     """Whether a credential shape (its format check passed) occurs in ``text``."""
-    return _may_hold_secret(text) and _ANY_SECRET.sub(_shape, text) != text
+    return _may_hold_secret(text) and _shapes_sub(text) != text
 
 
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{16,}+=*+")
@@ -754,7 +791,7 @@ class Redactor:
         """:meth:`secrets` itself, remembering nothing."""
         out = self._registered(text) if self._forms else text
         if _may_hold_secret(out):
-            out = _ANY_SECRET.sub(_shape, out)
+            out = _shapes_sub(out)
         if len(out) >= 16:
             out = _encoded_shapes(out)
         return out
