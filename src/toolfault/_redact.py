@@ -576,7 +576,8 @@ def _encoded_shapes(text: str) -> str:
     A registered secret is found in these forms by its precomputed forms; a key no one
     registered is found here, by decoding what could hold one and looking for its shape.
     """
-    if _B64_RUN.search(text):
+    runs = _B64_RUN.search(text) is not None
+    if runs:
         text = _B64_RUN.sub(_b64_run, text)
     if "%" in text:
         text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, urllib.parse.unquote_plus)
@@ -584,7 +585,7 @@ def _encoded_shapes(text: str) -> str:
     if "\\" in text:
         text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, _unescaped)
                               if "\\" in m.group(0) else m.group(0), text)
-    if _HEX_RUN.search(text):
+    if runs and _HEX_RUN.search(text):  # a hex run of 32 is a base64 run of 16 too
         text = _HEX_RUN.sub(lambda m: _encoded_run(
             m, lambda run: bytes.fromhex(run[:len(run) // 2 * 2]).decode("utf-8", "replace")),
             text)
