@@ -72,7 +72,7 @@ def make_sloppy_guard() -> Guard:
                             next_action="call search_cheap with a budget")
         return "x"
 
-    @guard.tool
+    @guard.tool(timeout=5)
     def book(
         seats: Annotated[int, Field(gt=0, description="number of seats")],
         cabin: Annotated[str, Field(description="cabin class")] = "economy",
@@ -97,6 +97,34 @@ def test_tool_lint_finds_each_problem() -> None:
     assert "alternative 'search_any' is not a registered tool" in text
     assert "a next action names 'search_cheap'" in text
     assert "tool book" not in text
+
+
+def test_lint_warns_about_sync_tools_the_deadline_cannot_stop() -> None:
+    """A sync tool without timeout= runs on the caller's thread under a guard with a
+    deadline: lint warns; with timeout=, isolate_sync_tools=True, an async body or no
+    deadline it stays quiet."""
+    def tools(guard: Guard) -> Guard:
+        @guard.tool
+        def hang(seconds: Annotated[int, Field(description="how long")]) -> str:
+            """Sleep for a while. Use it when a pause is needed."""
+            return "x"
+
+        @guard.tool
+        async def wait(seconds: Annotated[int, Field(description="how long")]) -> str:
+            """Wait for a while. Use it when a pause is needed."""
+            return "x"
+
+        return guard
+
+    def warned(guard: Guard) -> list[str]:
+        return [f.where for f in lint_guard(tools(guard)) if "caller's thread" in f.problem]
+
+    findings = [f for f in lint_guard(tools(Guard(scan_env_secrets=False)))
+                if "caller's thread" in f.problem]
+    assert [f.where for f in findings] == ["tool hang"]
+    assert findings[0].severity == "warning" and "timeout=" in findings[0].fix
+    assert warned(Guard(scan_env_secrets=False, deadline=None)) == []
+    assert warned(Guard(scan_env_secrets=False, isolate_sync_tools=True)) == []
 
 
 def test_lint_module_reference(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -441,3 +442,166 @@ def test_own_call_ids_are_plain_until_a_form_could_hide_in_one() -> None:
     redactor = Redactor(scan_env=False)
     redactor.add("12345678")  # digits: a form that a call counter could spell
     assert not redactor.plain_ids
+
+
+# -- issue 28: every form out, ordinary words intact -------------------------------------
+
+_ENCODED_FORMS = {
+    "hex": lambda v: v.encode().hex(),
+    "hex_upper": lambda v: v.encode().hex().upper(),
+    "json_slash": lambda v: json.dumps(v)[1:-1].replace("/", "\\/"),
+    "unicode_escaped": lambda v: "".join(f"\\u{ord(c):04x}" for c in v),
+    "repr_of_json": lambda v: repr(json.dumps(v))[1:-1],
+    "base64url": lambda v: __import__("base64").urlsafe_b64encode(v.encode()).decode(),
+}
+
+
+def test_a_registered_secret_is_found_in_hex_slash_escaped_unicode_escaped_and_repr_forms(
+) -> None:
+    """Hex (either case), JSON with \\/ escapes, all-\\uXXXX JSON and repr-doubled
+    backslashes all spell the secret: each is redacted."""
+    secret = 'pa"ss/w\\ord-7781'
+    redactor = Redactor([secret], scan_env=False)
+    for name, form in _ENCODED_FORMS.items():
+        placed = form(secret)
+        assert placed not in redactor.secrets(f"x {placed} y"), name
+
+
+def test_a_json_escaped_secret_in_a_raise_from_chain_is_redacted_in_the_logs() -> None:
+    """A KeyError's text is the repr of its argument (backslashes doubled): the chained
+    traceback kept at DEBUG is still redacted."""
+    import logging
+
+    from toolfault._redact import LOG_FILTER
+
+    secret = 'q"uote/Secret-4411'
+    live = Redactor([secret], scan_env=False)  # the filter uses every live redactor
+    escaped = json.dumps(secret)[1:-1]
+    try:
+        try:
+            raise KeyError(f"note {escaped}")
+        except KeyError as exc:
+            raise RuntimeError("lookup failed") from exc
+    except RuntimeError as exc:
+        record = logging.LogRecord("toolfault", logging.DEBUG, __file__, 1, "failed", None,
+                                   (type(exc), exc, exc.__traceback__))
+    LOG_FILTER.tracebacks = True
+    try:
+        LOG_FILTER.filter(record)
+    finally:
+        LOG_FILTER.tracebacks = False
+    assert live.secrets(secret) == "[REDACTED]"
+    assert record.exc_text is not None and "KeyError" in record.exc_text
+    for needle in (secret, escaped, escaped.replace("\\", "\\\\")):
+        assert needle not in record.exc_text
+
+
+@pytest.mark.parametrize("key", [
+    "sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o", "AKIAZ7Q4LMNB2XCV8RT6",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzaGFwZSJ9.c2hhcGUtc2lnbmF0dXJl",
+])
+def test_an_unregistered_key_shape_is_found_encoded_or_split(key: str) -> None:
+    """Nobody registered the key: base64, base64url, URL-encoding, hex, \\uXXXX and line
+    splits (plain, JSON- or repr-escaped) still give it away by its shape."""
+    import base64
+    import urllib.parse
+
+    third = len(key) // 3
+    split = f"{key[:third]}\n{key[third:2 * third]}\r\n  {key[2 * third:]}"
+    redactor = Redactor(scan_env=False)
+    forms = [base64.b64encode(f"user:{key}".encode()).decode(),
+             base64.urlsafe_b64encode(key.encode()).decode().rstrip("="),
+             urllib.parse.quote(key, safe=""), key.encode().hex(),
+             "".join(f"\\u{ord(c):04x}" for c in key), split, json.dumps(split)[1:-1],
+             repr(json.dumps(split))[1:-1], "lookup_" + base64.urlsafe_b64encode(
+                 key.encode()).decode().rstrip("=")]
+    for placed in forms:
+        out = redactor.secrets(f"note: {placed} end")
+        assert placed not in out and "[REDACTED]" in out, placed
+
+
+def test_url_passwords_are_redacted_everywhere_not_only_in_reasons() -> None:
+    """The password of a URL goes from arguments and results; the URL stays readable."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def connect(dsn: str) -> str:
+        return f"connected to {dsn}"
+
+    result = guard.call("connect", {"dsn": "postgres://app:Pw-7781@db.internal/app"})
+    assert result.text == "connected to postgres://app:[REDACTED]@db.internal/app"
+    redactor = Redactor(scan_env=False)
+    assert redactor.value({"u": "redis://:p@ss:w0rd@cache:6379/0"}) == \
+        {"u": "redis://:[REDACTED]@cache:6379/0"}
+    for plain in ("https://user@example.com/a", "mailto:ada@example.com",
+                  "https://maps.example.com/@51.5,-0.12,12z"):
+        assert redactor.secrets(plain) == plain
+
+
+@pytest.mark.parametrize("word", [
+    "risk-assessment-2024-final", "task-force-alpha-bravo", "whisk-eggs-thoroughly-first",
+    "feature/ask-for-confirmation-dialog", "Bearer bonds of 1923", "ASIAPACIFICSALESTEAM",
+    "ASIANFUSIONKITCHEN12", "xoxo-hugs-and-kisses", "sk-learn-compatible-model",
+    "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12", "123e4567-e89b-12d3-a456-426614174000",
+])
+def test_ordinary_words_holding_key_prefixes_stay_intact(word: str) -> None:
+    """A key prefix inside an ordinary word or slug is not a key."""
+    assert Redactor(scan_env=False).secrets(word) == word
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("token_count", False), ("boarding_pass", False), ("auth_method", False),
+    ("pin_location", False), ("cookie_policy", False), ("otp_channel", False),
+    ("day_pass", False), ("secret_name", False), ("max_tokens", False), ("author", False),
+    ("password", True), ("db_pass", True), ("pass", True), ("api_key", True),
+    ("X-Api-Key", True), ("auth_token", True), ("session_id", True), ("pin", True),
+    ("pin_code", True), ("otp", True), ("session_cookie", True), ("Authorization", True),
+    ("password_confirmation", True),
+])
+def test_argument_names_are_judged_by_whole_words(name: str, secret: bool) -> None:
+    """A secret word followed by what it describes (count, method, policy) names no secret."""
+    from toolfault._redact import is_secret_key
+
+    assert is_secret_key(name) is secret
+
+
+def test_the_env_scan_takes_credential_like_values_only(monkeypatch: Any) -> None:
+    """GIT_AUTHOR_NAME="Ada Lovelace" is no secret; a key under any name and the password of
+    a DATABASE_URL are."""
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada Lovelace")
+    monkeypatch.setenv("KEYBOARD_LAYOUT", "us-intl")
+    monkeypatch.setenv("SOME_SETTING", "sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o")
+    monkeypatch.setenv("DATABASE_URL", "postgres://app:Db-Pw-55xq@db/app")
+    monkeypatch.setenv("STRIPE_API_KEY", "rk-house-7781-a")
+    redactor = Redactor()
+    assert redactor.secrets("written by Ada Lovelace") == "written by Ada Lovelace"
+    assert redactor.secrets("layout us-intl") == "layout us-intl"
+    for value in ("sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o", "Db-Pw-55xq", "rk-house-7781-a"):
+        assert value not in redactor.secrets(f"x {value} y")
+        assert value.encode().hex() not in redactor.secrets(f"x {value.encode().hex()} y")
+
+
+def test_reasons_drop_lowercase_sql_unc_paths_and_localhost() -> None:
+    """SQL without * in any case, UNC and escaped Windows paths and localhost become
+    neutral words in a reason."""
+    redactor = Redactor(scan_env=False)
+    assert redactor.prose("select id, pw_hash from accounts where id = 7") == "[query]"
+    assert redactor.prose("drop table users") == "[query]"
+    assert redactor.prose(r"cannot open \\fileserver01\finance\q3.xlsx now") == \
+        "cannot open [path] now"
+    assert redactor.prose(r"cannot open C:\\Users\\ada\\x.txt") == "cannot open [path]"
+    assert redactor.prose("connect to localhost failed") == "connect to [host] failed"
+    assert redactor.prose("Please select a date from the calendar") == \
+        "Please select a date from the calendar"
+
+
+def test_the_allow_list_keeps_only_the_value_the_model_sent_standing_alone() -> None:
+    """customer="etc" does not keep /etc/shadow, "10.0" does not keep 10.0.0.5:5432; a path
+    the model sent is kept, also before a full stop."""
+    redactor = Redactor(scan_env=False)
+    assert redactor.prose("cannot read /etc/shadow for etc", allow=["etc"]) == \
+        "cannot read [path] for etc"
+    assert redactor.prose("cannot reach 10.0.0.5:5432 (10.0)", allow=["10.0"]) == \
+        "cannot reach [address] (10.0)"
+    assert redactor.prose("cannot open /home/ada/notes.txt.", allow=["/home/ada/notes.txt"]) \
+        == "cannot open /home/ada/notes.txt."

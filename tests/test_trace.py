@@ -67,6 +67,18 @@ def test_spans_follow_genai_conventions(exporter: InMemorySpanExporter) -> None:
     assert "gen_ai.tool.call.arguments" not in failed.attributes
 
 
+def test_a_call_id_is_redacted_in_spans_as_in_the_jsonl_trace(
+        exporter: InMemorySpanExporter) -> None:
+    """gen_ai.tool.call.id carries the call id through the same redaction as the trace."""
+    guard = _guard(secrets=["4242-secret"])
+    guard.call("charge", {"card": "4242", "amount": 5}, call_id="id-4242-secret")
+    guard.call("charge", {"card": "4242", "amount": 5}, call_id="sk-proj-Mn4bVc7xZl2kJh9gFd5s")
+    first, second = exporter.get_finished_spans()
+    assert first.attributes is not None and second.attributes is not None
+    assert first.attributes["gen_ai.tool.call.id"] == "id-[REDACTED]"
+    assert second.attributes["gen_ai.tool.call.id"] == "[REDACTED]"
+
+
 def test_content_only_when_opted_in(exporter: InMemorySpanExporter) -> None:
     """Arguments and results go on spans only with capture_content=True, redacted."""
     guard = _guard(capture_content=True, secrets=["4242-secret"])

@@ -111,6 +111,14 @@ def _steps_sync(guard: Guard, call: _Call, steps: Generator[Step, Any, Any]) -> 
 
 
 def _invoke_sync(guard: Guard, call: _Call) -> Any:
+    """Run one attempt; nobody awaits a sync call, so a ``CancelledError`` is the tool's."""
+    try:
+        return _attempt_sync(guard, call)
+    except asyncio.CancelledError as exc:
+        raise _as_tool_error(exc) from exc
+
+
+def _attempt_sync(guard: Guard, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
     call.attempts += 1
@@ -219,6 +227,26 @@ async def _steps_async(guard: Guard, call: _Call, steps: Generator[Step, Any, An
 
 
 async def _invoke_async(guard: Guard, call: _Call) -> Any:
+    """Run one attempt; a ``CancelledError`` the tool raised itself (nobody cancelled the
+    awaiting task) is the tool's failure, shaped like any other, as under :meth:`Guard.call`.
+    """
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0
+    try:
+        return await _attempt_async(guard, call)
+    except asyncio.CancelledError as exc:
+        if task is None or task.cancelling() > before:
+            raise  # the caller's cancellation: it propagates
+        raise _as_tool_error(exc) from exc
+
+
+def _as_tool_error(exc: BaseException) -> RuntimeError:
+    """What a tool raised that must not travel as itself (``StopIteration`` across a future,
+    its own ``CancelledError``), as an ordinary error the pipeline classifies."""
+    return RuntimeError(f"the tool raised {type(exc).__name__}")
+
+
+async def _attempt_async(guard: Guard, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
     call.attempts += 1
@@ -306,11 +334,12 @@ def _check_limit(timeout: float | None) -> float:
 
 def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run a tool in a worker thread; StopIteration cannot cross a future (it would hang
-    an awaiting ``acall``), so it comes back as an ordinary error."""
+    an awaiting ``acall``) and a CancelledError raised there is the tool's own, so each
+    comes back as an ordinary error."""
     try:
         return fn(**kwargs)
-    except (StopIteration, StopAsyncIteration) as exc:
-        raise RuntimeError(f"the tool raised {type(exc).__name__}") from exc
+    except (StopIteration, StopAsyncIteration, asyncio.CancelledError) as exc:
+        raise _as_tool_error(exc) from exc
 
 
 def _check_in_thread(check: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:

@@ -83,7 +83,11 @@ class Emitter:
         if adm is not None and (limits.max_calls_per_turn is not None
                                 or limits.max_spend_per_task is not None):
             budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend}
-        _trace.record_span(result.tool, result.call_id, result.fingerprint, result.attempts,
+        # Every attribute leaves redacted, as the JSONL trace's text fields do (a call id is
+        # the model's or the framework's text and may carry anything).
+        secrets = g.redactor.secrets
+        _trace.record_span(secrets(result.tool), secrets(result.call_id), result.fingerprint,
+                           result.attempts,
                            g.mode, result, now, duration, content=content, result=text,
                            budget=budget)
 

@@ -356,7 +356,8 @@ class Guard:
         """Async twin of :meth:`call`; sync tools run in a worker thread.
 
         Never raises but ``KeyboardInterrupt``, ``SystemExit`` and cancellation of the
-        awaiting task (reservations are released on the way out).  Past the guard's
+        awaiting task (reservations are released on the way out); a ``CancelledError`` the
+        tool raised itself is its failure, shaped as under :meth:`call`.  Past the guard's
         deadline the call is cancelled and answered as timed out.
         """
         try:
@@ -365,8 +366,12 @@ class Guard:
             return await asyncio.wait_for(self._acall(name, args, call_id),
                                           self.deadline + _DEADLINE_GRACE)
         except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
+            if isinstance(exc, asyncio.CancelledError):
+                task = asyncio.current_task()
+                if task is None or task.cancelling() > 0:
+                    raise  # the awaiting task's cancellation
             return self._shaper.last_resort(name, args, call_id, exc)
 
     async def _acall(self, name: str, args: Any, call_id: str | None) -> ToolResult:

@@ -184,6 +184,15 @@ def lint_guard(guard: Any) -> list[Finding]:
                 findings.append(Finding(where, f"alternative {alt.name!r} is not a registered "
                                         "tool", f"register {alt.name} or remove it from "
                                         "alternatives="))
+        if not spec.is_async and spec.timeout is None and guard.deadline is not None \
+                and not getattr(guard, "isolate_sync_tools", False):
+            findings.append(Finding(
+                where, f"is a sync tool without timeout=, so under Guard.call it runs on the "
+                f"caller's thread and cannot be stopped at the guard's deadline "
+                f"({guard.deadline:g}s)",
+                "give it @guard.tool(timeout=...) (seconds) so it runs in a worker thread "
+                "the deadline can abandon, or build the guard with isolate_sync_tools=True",
+                severity="warning"))
         if spec.check_with and spec.check_with not in names:
             findings.append(Finding(where, f"check_with={spec.check_with!r} is not a "
                                     "registered tool", "register that read tool"))

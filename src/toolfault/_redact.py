@@ -23,33 +23,158 @@ import os
 import re
 import urllib.parse
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from toolfault._jsontext import quote_text
 
 REDACTED = "[REDACTED]"
 
-#: Shapes of credentials that are secret wherever they appear.
+def _longest_segment(body: str) -> int:
+    """The longest run of letters and digits in ``body`` (between ``-`` and ``_``)."""
+    return max(map(len, re.split(r"[-_]", body)), default=0)
+
+
+def _openai_key(match: str) -> bool:
+    """``sk-…`` is a key when its body holds a long unbroken run (a slug of words such as
+    ``task-force-alpha`` or ``ask-for-confirmation-dialog`` does not) or is long enough to
+    be one whatever it holds."""
+    body = match[3:]
+    for prefix in ("proj-", "ant-", "svcacct-", "admin-"):
+        if body.startswith(prefix):
+            body = body[len(prefix):]
+            break
+    return _longest_segment(body) >= 16 or len(body) >= 40
+
+
+def _aws_key(match: str) -> bool:
+    """AKIA + 16 is an access key id; the other prefixes (``ASIA``: temporary keys) need
+    the real body, base32 (``A-Z``, ``2-7``) with a digit in it, so ``ASIAPACIFICSALESTEAM``
+    and ``ASIANFUSIONKITCHEN12`` are words, not keys."""
+    body = match[4:]
+    return match.startswith("AKIA") or (_BASE32.issuperset(body)
+                                        and any(c.isdigit() for c in body))
+
+
+_BASE32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+
+
+def _bearer_token(match: str) -> bool:
+    """A bearer credential is at least 8 characters and not a plain word ("Bearer bonds")."""
+    token = match.split(None, 1)[1] if len(match.split(None, 1)) == 2 else ""
+    token = token.rstrip("=")
+    if len(token) < 8:
+        return False
+    if len(token) >= 24 or any(c.isdigit() for c in token):
+        return True
+    letters = [c for c in token if c.isalpha()]
+    mixed = any(c.isupper() for c in letters[1:]) and any(c.islower() for c in letters)
+    return mixed or len(letters) != len(token)
+
+
+def _slack_token(match: str) -> bool:
+    """Slack tokens carry digits (workspace and user ids): ``xoxo-hugs-and-kisses`` does not."""
+    return sum(c.isdigit() for c in match) >= 4
+
+
+def _url_password(match: re.Match[str]) -> str:
+    """``scheme://user:PASSWORD@host``: the password goes, the rest stays readable."""
+    text = match.group(0)
+    head, _, authority = text.partition("://")
+    at = authority.rfind("@")
+    if at <= 0:
+        return text
+    user, colon, password = authority[:at].partition(":")
+    if not colon or not password or password == REDACTED:
+        return text
+    return f"{head}://{user}:{REDACTED}{authority[at:]}"
+
+
+#: Shapes of credentials that are secret wherever they appear.  Each follows the provider's
+#: real format; where a format alone admits ordinary words, a check in :data:`_CHECKS`
+#: decides (``risk-assessment-2024`` holds no ``sk-`` key, ``ASIAPACIFICSALESTEAM`` no AWS
+#: key, "Bearer bonds" no bearer token, ``xoxo-hugs`` no Slack token).
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # No leading word boundary on purpose: "0sk-…" or "xAKIA…" must not slip through.
-    re.compile(r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}+"),
-    re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}"),
+    # No leading word boundary on these: "0sk-…" or "xAKIA…" must not slip through; the
+    # format checks in _CHECKS keep "risk-assessment" and "ASIAPACIFIC…" ordinary words.
+    re.compile(r"sk-[A-Za-z0-9_\-]{16,}+"),
+    re.compile(r"(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}"),
     re.compile(r"(?i:bearer\s++)[A-Za-z0-9._~+/\-]++=*+"),
-    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}+"),
-    re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}+"),
+    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_[A-Za-z0-9_]{22,}+"),
+    re.compile(r"xox[abposre]-[A-Za-z0-9\-]{10,}+"),
+    re.compile(r"(?<![A-Za-z0-9])(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}+|"
+               r"glpat-[A-Za-z0-9_\-]{20,}+|AIza[0-9A-Za-z_\-]{35})"),
     # The header segment stops at the next "eyJ", so each character is scanned a bounded
     # number of times however many "eyJ" a hostile string repeats.
     re.compile(r"eyJ(?:(?!eyJ)[A-Za-z0-9_\-]){8,}+\.[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+"),
     re.compile(r"(?i:(?<![A-Za-z0-9])(?:api[_-]?key|access[_-]?key|token|secret|password|"
                r"passwd)=)[^\s&;,]++"),
+    # A password in a URL's user information: only the password is replaced.
+    re.compile(r"(?<![A-Za-z0-9+.\-])(?i:[a-z][a-z0-9+.\-]*+)://[^\s/?#'\"<>@:]*+:"
+               r"[^\s/?#'\"<>@]++@(?:[^\s/?#'\"<>@]*+@)*+"),
     # A key without its END line is redacted to the end of the text.
     re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:(?!-----END )[\s\S])*+"
                r"(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"),
 )
 
+#: Per SECRET_PATTERNS entry: whether a match is a credential (``None``: always), or, for
+#: the URL password, the replacement itself.
+_CHECKS: tuple[Any, ...] = (_openai_key, _aws_key, _bearer_token, None, _slack_token, None,
+                            None, None, _url_password, None)
+
 # One pass for all shapes, behind a cheap literal gate (_may_hold_secret).
-_ANY_SECRET = re.compile("|".join(f"(?:{p.pattern})" for p in SECRET_PATTERNS))
+_ANY_SECRET = re.compile("|".join(f"(?P<s{i}>{p.pattern})"
+                                  for i, p in enumerate(SECRET_PATTERNS)))
+
+
+def _checked(check: Callable[[str], bool]) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        text: str = match.group(0)
+        return REDACTED if check(text) else text
+    return replace
+
+
+#: Per SECRET_PATTERNS entry: literals one of which every match holds (``None``: "bearer",
+#: in any case), and the replacement.  Each pattern runs only on text holding its literal,
+#: so a text with none of them costs a few substring tests.
+_BY_SHAPE: tuple[tuple[re.Pattern[str], tuple[str, ...] | None, Any], ...] = tuple(
+    zip(SECRET_PATTERNS, (
+        ("sk-",), ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA"), None,
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), ("xox",),
+        ("k_live_", "k_test_", "glpat-", "AIza"), ("eyJ",), ("=",), ("://",),
+        ("-----BEGIN",)),
+        (_checked(_openai_key), _checked(_aws_key), _checked(_bearer_token), REDACTED,
+         _checked(_slack_token), REDACTED, REDACTED, REDACTED, _url_password, REDACTED),
+        strict=True))
+
+
+def _shapes_sub(text: str) -> str:
+    """Every credential shape in ``text`` replaced (its format check passed)."""
+    lowered: str | None = None
+    for pattern, gate, replacement in _BY_SHAPE:
+        if gate is None:
+            if lowered is None:
+                lowered = text.lower()
+            if "bearer" not in lowered:
+                continue
+        elif not any(literal in text for literal in gate):
+            continue
+        text = pattern.sub(replacement, text)
+        lowered = None
+    return text
+
+
+def _shape(match: re.Match[str]) -> str:
+    """The replacement for one credential-shaped match (itself when its check says no)."""
+    check = _CHECKS[int(match.lastgroup[1:])] if match.lastgroup else None
+    if check is None:
+        return REDACTED
+    if check is _url_password:
+        replaced: str = _url_password(match)
+        return replaced
+    text: str = match.group(0)
+    return REDACTED if check(text) else text
+
 
 #: No shape in SECRET_PATTERNS matches fewer characters than this (``token=x``); a test
 #: checks it against the patterns' parsed minimum widths.
@@ -68,15 +193,20 @@ _VERBATIM_BRACKETS = 63
 
 def _may_hold_secret(text: str) -> bool:
     """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
-    # Single characters first (a fast scan): "-" is in sk-, xox…- and -----BEGIN, "_" and "gh"
-    # in every gh?_ token, "IA" in AKIA and ASIA; the longer literals only after them.
+    # Single characters first (a fast scan): "-" is in sk-, xox…-, glpat- and -----BEGIN,
+    # "_" in every gh?_, github_pat_ and Stripe key, "IA"/"A" in the AWS prefixes, "@" in a
+    # URL password; the longer literals only after them.
     return (
-        "=" in text or "eyJ" in text
-        or ("-" in text and ("sk-" in text or "xox" in text or "-----BEGIN" in text))
-        or ("IA" in text and ("AKIA" in text or "ASIA" in text))
-        or ("_" in text and "gh" in text and ("ghp_" in text or "gho_" in text
-                                               or "ghu_" in text or "ghs_" in text
-                                               or "ghr_" in text))
+        "=" in text or "eyJ" in text or "@" in text or "AIza" in text
+        or ("-" in text and ("sk-" in text or "xox" in text or "-----BEGIN" in text
+                             or "glpat-" in text))
+        or ("A" in text and ("AKIA" in text or "ASIA" in text or "AGPA" in text
+                             or "AIDA" in text or "AROA" in text or "AIPA" in text
+                             or "ANPA" in text or "ANVA" in text))
+        or ("_" in text and (("gh" in text and ("ghp_" in text or "gho_" in text
+                                                or "ghu_" in text or "ghs_" in text
+                                                or "ghr_" in text or "github_pat_" in text))
+                             or "k_live_" in text or "k_test_" in text))
         or "bearer" in text.lower()
     )
 
@@ -105,21 +235,29 @@ INTERNAL_PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"\b" + _SQL_WORDS + r"\b[^\n;]{0,300}?\b(?:FROM|INTO|SET|TABLE|WHERE|"
                 r"VALUES|JOIN)\b[^\n;]*+"), "[query]"),
     (re.compile(r"(?i:\bselect\s++\*\s++from\b|\b(?:insert\s++into|delete\s++from)\s++\w|"
-                r"\bupdate\s++[\w.\"`]++\s++set\s++\w)[^\n;]*+"), "[query]"),
+                r"\bupdate\s++[\w.\"`]++\s++set\s++\w|"
+                r"\bselect\s++(?:distinct\s++)?+[\w.\"`*()]++(?:\s++as\s++\w++)?+"
+                r"(?:\s*+,\s*+[\w.\"`*()]++(?:\s++as\s++\w++)?+)*+\s++from\s++[\w.\"`]|"
+                r"\b(?:create|drop|alter|truncate)\s++(?:table|index|view|database|schema)\b)"
+                r"[^\n;]*+"), "[query]"),
     (re.compile(r"\[?\b[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}\]?(?::\d+)?", re.I), "[address]"),
     (re.compile(r"(?<![\w.\-])(?=[\d._\-]*+[^\W\d_])[\w.\-]++:\d{2,5}\b"), "[host]"),
     (re.compile(r"~/[\w.\-]++(?:/[\w.\-]++)*+"), "[path]"),
     (re.compile(r"(?<![\w.\-/~])[\w.\-]++(?:/[\w.\-]++){2,}+"), "[path]"),
     (re.compile(r"(?<![\w.\-])[\w\-]++(?:\.[\w\-]++)++"), _dotted),
     (re.compile(r"(?<![\w.\-/])(?:/[\w.\-]++){2,}+/?"), "[path]"),
-    (re.compile(r"\b[A-Za-z]:\\(?:[\w.\- ]++\\)*+[\w.\- ]*+"), "[path]"),
+    (re.compile(r"\b[A-Za-z]:\\++(?:[\w.\- ]++\\++)*+[\w.\- ]*+"), "[path]"),
+    # UNC paths (\\\\server\\share\\file), also JSON- or repr-escaped (backslashes doubled).
+    (re.compile(r"(?<![\w\\])\\{2,}+[\w.$\-]++(?:\\++[\w.$\-]++)++"), "[path]"),
+    (re.compile(r"\b[A-Za-z]:/[\w.\-]++(?:/[\w.\-]++)*+"), "[path]"),
+    (re.compile(r"\blocalhost\b", re.I), "[host]"),
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "[address]"),
 )
 
 #: For each INTERNAL_PATTERNS entry, literals one of which every match contains, so a text
-#: holding none of them skips that pattern.  ``None``: the case-insensitive SQL shape, gated on
-#: the lower-cased text (ASCII only; under re.I "ſ", "ı", "İ" and the Kelvin sign match ASCII
-#: letters, so non-ASCII text always runs it).
+#: holding none of them skips that pattern.  ``None``: a case-insensitive shape (SQL,
+#: ``localhost``), gated on the lower-cased text (ASCII only; under re.I "ſ", "ı", "İ" and
+#: the Kelvin sign match ASCII letters, so non-ASCII text always runs it).
 _GATES: tuple[str | tuple[str, ...] | None, ...] = (
     "://",
     ("FROM", "INTO", "SET", "TABLE", "WHERE", "VALUES", "JOIN"),
@@ -131,17 +269,23 @@ _GATES: tuple[str | tuple[str, ...] | None, ...] = (
     ".",
     "/",
     ":\\",
+    "\\\\",
+    ":/",
+    None,
     ".",
 )
 
 
 def _gate_open(gate: tuple[str, ...] | None, text: str) -> bool:
-    """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs gate)."""
+    """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs and
+    ``localhost`` gate)."""
     if gate is None:
         if not text.isascii():
             return True
         low = text.lower()
-        return "select" in low or "insert" in low or "delete" in low or "update" in low
+        return ("select" in low or "insert" in low or "delete" in low or "update" in low
+                or "create" in low or "drop" in low or "alter" in low or "truncate" in low
+                or "localhost" in low)
     for literal in gate:  # noqa: SIM110 - no generator frame: this runs per pattern
         if literal in text:
             return True
@@ -150,7 +294,7 @@ def _gate_open(gate: tuple[str, ...] | None, text: str) -> bool:
 _GATED = tuple(zip(INTERNAL_PATTERNS, _GATES, strict=True))
 
 _SECRET_WORDS = frozenset({
-    "password", "passwd", "passphrase", "pass", "pwd", "secret", "secrets", "token", "apikey",
+    "password", "passwd", "passphrase", "pwd", "secret", "secrets", "token", "apikey",
     "authorization", "auth", "credential", "credentials", "cookie", "otp", "pin", "bearer",
 })
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"),
@@ -158,26 +302,108 @@ _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")
 #: Counters named like tokens ("max_tokens") are numbers of tokens, not credentials.
 _TOKEN_COUNTERS = frozenset({"max", "num", "input", "output", "total", "completion", "prompt",
                              "min", "used"})
+#: Words that, following a secret word, name something about the secret rather than the
+#: secret itself: ``token_count``, ``auth_method``, ``cookie_policy``, ``pin_location``,
+#: ``otp_channel``, ``password_policy`` hold no credential.
+_ABOUT_SECRET = frozenset({
+    "count", "counts", "num", "limit", "limits", "budget", "usage", "used", "type", "types",
+    "kind", "method", "methods", "mode", "scheme", "provider", "providers", "policy",
+    "policies", "location", "locations", "channel", "channels", "name", "names", "label",
+    "field", "fields", "length", "len", "size", "strength", "required", "enabled",
+    "expiry", "expires", "expiration", "ttl", "url", "uri", "endpoint", "format", "rotation",
+    "consent", "banner", "domain", "path", "window", "status", "level", "style", "color",
+    "colour", "icon", "drop", "latitude", "longitude", "lat", "lng", "lon", "position",
+    "category", "categories", "description", "title", "rules", "rule", "settings", "version",
+})
+#: ``pass`` alone names a password only after an account-like word (``db_pass``,
+#: ``smtp_pass``) or by itself; ``boarding_pass`` and ``day_pass`` are tickets.
+_PASS_OWNERS = frozenset({
+    "db", "user", "admin", "root", "smtp", "ftp", "sftp", "mail", "email", "app", "login",
+    "wifi", "sql", "mysql", "pg", "postgres", "redis", "ldap", "proxy", "basic", "http",
+    "account", "master", "service", "api", "auth", "vpn", "ssh", "imap", "pop", "my", "new",
+    "old", "current", "confirm",
+})
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_SECRET_ENV_RE = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
 
 
 def is_secret_key(name: str) -> bool:
     """Whether an argument or header name conventionally holds a secret.
 
-    Matched by name segment (``db_password``, ``apiKey``, ``X-Api-Key``), so ``passenger``,
-    ``author`` and ``max_tokens`` stay visible to the model.
+    Judged by whole words (``db_password``, ``apiKey``, ``X-Api-Key``), so ``passenger``,
+    ``author`` and ``max_tokens`` stay visible to the model, and so do names about a secret
+    rather than of one (``token_count``, ``auth_method``, ``boarding_pass``).
     """
     raw = [p for p in re.split(r"[_\-.\s]+", _CAMEL.sub(r"\1_\2", name[:256]).lower()) if p]
     parts = [p[:-1] if len(p) > 3 and p.endswith("s") else p for p in raw]  # plurals
     for i, part in enumerate(parts):
+        after = raw[i + 1] if i + 1 < len(raw) else None
         if part == "token" and i > 0 and parts[i - 1] in _TOKEN_COUNTERS:
             continue
-        if part in _SECRET_WORDS or raw[i] in _SECRET_WORDS:
+        if raw[i] == "pass":
+            if (i == 0 or parts[i - 1] in _PASS_OWNERS) and after not in _ABOUT_SECRET:
+                return True
+            continue
+        if (part in _SECRET_WORDS or raw[i] in _SECRET_WORDS) and after not in _ABOUT_SECRET:
             return True
-        if i + 1 < len(parts) and (part, parts[i + 1]) in _SECRET_PAIRS:
+        if after is not None and (part, parts[i + 1]) in _SECRET_PAIRS and (
+                i + 2 >= len(raw) or raw[i + 2] not in _ABOUT_SECRET):
             return True
     return False
+
+
+#: Words of an environment variable's name that say its value may be a credential.
+_ENV_SECRET_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "pwd", "pass",
+                               "credential", "credentials", "auth", "apikey", "dsn", "url",
+                               "uri", "cookie", "session", "signature", "salt", "pat"})
+#: Shapes of values that never are credentials however the variable is named.
+_ENV_PLAIN = re.compile(r"(?i:true|false|yes|no|on|off|none|null|\d{1,12}|"
+                        r"[a-z]++(?:[ ._\-][a-z]++)*+)")
+
+
+def _credential_like(name: str, value: str) -> bool:
+    """Whether an environment variable's value is taken as a secret by the scan.
+
+    A value that is itself a credential shape always is; otherwise the name must hold a
+    secret word as a whole word (``GIT_AUTHOR_NAME`` does not) and the value must look like
+    a credential: 8+ characters, no spaces, not a path, a plain word or a number, and mixed
+    enough (letters with digits or symbols, or long and varied)."""
+    if len(value) < 8 or len(value) > 4096:
+        return False
+    shaped = _ANY_SECRET.fullmatch(value)
+    if shaped is not None and _shape(shaped) != value:
+        return True
+    words = [w for w in re.split(r"[_\-.\s]+", name.lower()) if w]
+    if not any(w in _ENV_SECRET_WORDS or w.endswith(("password", "token", "secret", "key"))
+               for w in words):
+        return False
+    if any(c.isspace() for c in value) or _ENV_PLAIN.fullmatch(value):
+        return False
+    if value.startswith(("/", "~", "./")) or re.match(r"[A-Za-z]:[\\/]", value):
+        return False
+    if "://" in value:  # a URL: only its password (the shape) is a secret
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    has_other = any(not c.isalnum() for c in value)
+    return (has_alpha and (has_digit or has_other)) or len(set(value)) >= 10
+
+
+def _env_secrets() -> list[str]:
+    """The values the environment scan takes (see :func:`_credential_like`), and the
+    password of every URL with one (``DATABASE_URL=postgres://app:PW@db/app``)."""
+    found: list[str] = []
+    for name, value in os.environ.items():
+        if _credential_like(name, value):
+            found.append(value)
+        elif "://" in value and "@" in value:
+            for match in _URL_USERINFO.finditer(value):
+                password = urllib.parse.unquote(match.group(1))
+                if len(password) >= 4:
+                    found.append(password)
+    return found
+
+
+_URL_USERINFO = re.compile(r"://[^\s/?#@:]*+:([^\s/?#]+)@")
 
 
 _is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
@@ -205,8 +431,10 @@ def _no_secret_key(obj: dict[Any, Any], parsed: bool = False) -> bool:
     return True
 
 #: What may sit between the characters of a secret split across lines: whitespace, and the
-#: escaped line breaks of JSON text.
-_SEPARATORS = re.compile(r"\s++|(?:\\[nrt])++")
+#: escaped line breaks of JSON text (also repr-escaped, their backslash doubled); and every
+#: backslash of a run but the first, so an escape nested any number of times (JSON inside
+#: repr inside JSON) reads as escaped once.
+_SEPARATORS = re.compile(r"\s++|(?:\\++[nrt])++|(?<=\\)\\++")
 _MIN_ENCODED = 8
 
 
@@ -244,13 +472,24 @@ def _base64_cores(value: bytes) -> set[str]:
     return cores
 
 
+def _all_escaped(secret: str) -> str:
+    """Every character as a JSON ``\\uXXXX`` escape (UTF-16 surrogate pairs beyond the BMP)."""
+    units = secret.encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+
+
 def secret_forms(secret: str) -> set[str]:
-    """The forms a secret travels in: plain, JSON-escaped, URL-encoded and base64."""
+    """The forms a secret travels in: plain, JSON-escaped (``\\/`` and ``\\uXXXX`` too),
+    URL-encoded, base64 and base64url, hex, and any of those repr-escaped (as a traceback or
+    an exception chain prints them, every backslash doubled)."""
     forms = {secret}
     # JSON-escaped, also twice (a JSON string inside a JSON text, as in a returned payload).
     for _ in range(2):
         forms |= {json.dumps(form, ensure_ascii=flag)[1:-1] for form in list(forms)
                   for flag in (False, True)}
+    # JSON may escape "/" (PHP does by default) and any character as \uXXXX.
+    forms |= {form.replace("/", "\\/") for form in forms if "/" in form}
+    forms.add(_all_escaped(secret))
     for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret),
                    urllib.parse.quote_plus(secret)):
         forms.add(quoted)
@@ -261,7 +500,153 @@ def secret_forms(secret: str) -> set[str]:
         pass
     raw = secret.encode("utf-8", "surrogatepass")
     forms |= _base64_cores(raw)
+    forms.add(raw.hex())
+    # repr-escaped: Python's repr doubles each backslash (and escapes the quote it uses).
+    forms |= {form.replace("\\", "\\\\") for form in forms if "\\" in form}
+    forms.add(repr(secret)[1:-1])
     return forms
+
+
+def _holds_shape(text: str) -> bool:
+    """Whether a credential shape (its format check passed) occurs in ``text``."""
+    return _may_hold_secret(text) and _shapes_sub(text) != text
+
+
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{16,}+=*+")
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}+")
+#: A run of text between spaces and quotes: what URL-decoding or unescaping is tried on.
+_TOKEN_RUN = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]{8,}+")
+#: Runs joined across line breaks (also JSON- and repr-escaped ones), spaces around them,
+#: with the word "Bearer" before one (its token is the run).
+_RUN_CHAR = r"(?:[^\s\"'<>\\]|\\(?![nr]))"
+_BREAK = r"[ \t]*+(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+"
+_SPLIT_RUN = re.compile(
+    r"(?<![^\s\"'<>])(?:(?i:bearer)" + _BREAK + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR
+    + r"++)*+|(?i:bearer)[ \t]++" + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR + r"++)++|"
+    + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR + r"++)++)")
+#: A line break and the indent after it (the space before it stays: "Bearer" and its token).
+_LINE_BREAKS = re.compile(r"(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+")
+_U_ESCAPE = re.compile(r"\\++u([0-9a-fA-F]{4})")
+
+
+def _unescaped(token: str) -> str:
+    """A token's JSON (and repr-doubled) escapes undone: ``\\/``, ``\\uXXXX``, ``\\\\``."""
+    text = _U_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
+    text = re.sub(r"\\++/", "/", text)
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _b64_decoded(run: str) -> str:
+    """A base64 or base64url run decoded as text (``""`` when it is neither)."""
+    body = run.rstrip("=")
+    body = body + "=" * (-len(body) % 4)
+    try:
+        raw = base64.b64decode(body.replace("-", "+").replace("_", "/"), validate=True)
+    except ValueError:
+        return ""
+    return raw.decode("utf-8", "replace")
+
+
+def _encoded_run(match: re.Match[str], decode: Callable[[str], str]) -> str:
+    run = match.group(0)
+    decoded = decode(run)
+    return REDACTED if decoded and decoded != run and _holds_shape(decoded) else run
+
+
+def _b64_run(match: re.Match[str]) -> str:
+    """A base64 run, decoded from its start and, as base64url may follow a name joined by
+    ``_`` or ``-`` (``lookup_QUtJQ…``), from after each of its first few joins."""
+    run = match.group(0)
+    starts = [0]
+    if len(run) <= 4096:
+        starts += [i + 1 for i, c in enumerate(run[:64]) if c in "_-"][:8]
+    for start in starts:
+        piece = run[start:]
+        if len(piece) >= 16:
+            decoded = _b64_decoded(piece)
+            if decoded and _holds_shape(decoded):
+                return run[:start] + REDACTED
+    return run
+
+
+def _encoded_shapes(text: str) -> str:
+    """Credential shapes that travel encoded: base64 or base64url, hex, URL-encoded,
+    JSON- or repr-escaped, or split across lines; each such run is replaced whole.
+
+    A registered secret is found in these forms by its precomputed forms; a key no one
+    registered is found here, by decoding what could hold one and looking for its shape.
+    """
+    runs = _B64_RUN.search(text) is not None
+    if runs:
+        text = _B64_RUN.sub(_b64_run, text)
+    if "%" in text:
+        text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, urllib.parse.unquote_plus)
+                              if "%" in m.group(0) else m.group(0), text)
+    if "\\" in text:
+        text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, _unescaped)
+                              if "\\" in m.group(0) else m.group(0), text)
+    if runs and _HEX_RUN.search(text):  # a hex run of 32 is a base64 run of 16 too
+        text = _HEX_RUN.sub(lambda m: _encoded_run(
+            m, lambda run: bytes.fromhex(run[:len(run) // 2 * 2]).decode("utf-8", "replace")),
+            text)
+    if "\n" in text or "\r" in text or "\\" in text:
+        text = _SPLIT_RUN.sub(lambda m: _encoded_run(m, _joined), text)
+    return text
+
+
+def _joined(run: str) -> str:
+    """A run split across lines, joined again (and decoded, as one token may be)."""
+    joined = _LINE_BREAKS.sub("", run)
+    if _holds_shape(joined):
+        return joined
+    spaced = _LINE_BREAKS.sub(" ", run)  # "Bearer" and its token on lines of their own
+    if _holds_shape(spaced):
+        return spaced
+    for decode in (_b64_decoded, urllib.parse.unquote_plus, _unescaped):
+        decoded = decode(joined)
+        if decoded and _holds_shape(decoded):
+            return decoded
+    return joined
+
+
+#: Characters that continue an identifier (a path, host, address, URL, key): an allowed
+#: value next to one of them is part of something longer than what the model sent.
+_IDENTIFIER = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                        "_.-/\\:@~%+=$#")
+#: Sentence punctuation that may follow a value without joining it ("read notes.txt.").
+_CLOSING = frozenset(".,:;!?")
+
+
+def _stands_alone(text: str, start: int, stop: int) -> bool:
+    """Whether ``text[start:stop]`` is a whole token: no identifier character touches it,
+    but for sentence punctuation followed by the end or a non-identifier character."""
+    if start > 0 and (text[start - 1] in _IDENTIFIER or text[start - 1].isalnum()):
+        return False
+    if stop >= len(text):
+        return True
+    after = text[stop]
+    if after in _CLOSING:
+        return stop + 1 >= len(text) or not (text[stop + 1] in _IDENTIFIER
+                                              or text[stop + 1].isalnum())
+    return not (after in _IDENTIFIER or after.isalnum())
+
+
+def _keep_whole(text: str, value: str, mark: str) -> str:
+    """``text`` with each occurrence of ``value`` that stands alone replaced by ``mark``."""
+    out: list[str] = []
+    at = 0
+    start = text.find(value)
+    while start != -1:
+        stop = start + len(value)
+        if _stands_alone(text, start, stop):
+            out.append(text[at:start])
+            out.append(mark)
+            at = stop
+            start = text.find(value, stop)
+        else:
+            start = text.find(value, start + 1)
+    out.append(text[at:])
+    return "".join(out)
 
 
 class Redactor:
@@ -286,9 +671,7 @@ class Redactor:
         self._plain_ids = True
         values = list(secrets)
         if scan_env:
-            values.extend(
-                v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8
-            )
+            values.extend(_env_secrets())
         self.add(*values)
         _LIVE.add(self)
 
@@ -310,7 +693,11 @@ class Redactor:
             else SHORTEST_SHAPE
         self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
                               or f in "-infinity")
-        self._plain_ids = not any(_OWN_ID_CHARS.issuperset(form) for form in self._forms)
+        # A hex form is made of an id's characters but only chance could spell it in the
+        # random part of an id toolfault made; a form the counters could spell counts.
+        hexes = {s.encode("utf-8", "surrogatepass").hex() for s in self._secrets}
+        self._plain_ids = not any(_OWN_ID_CHARS.issuperset(form) for form in self._forms
+                                  if form not in hexes or form.isdigit())
         # After the forms: whoever sees the new memories sees the new forms.
         self._clean = set()
         self._quoted = {}
@@ -405,7 +792,9 @@ class Redactor:
         """:meth:`secrets` itself, remembering nothing."""
         out = self._registered(text) if self._forms else text
         if _may_hold_secret(out):
-            out = _ANY_SECRET.sub(REDACTED, out)
+            out = _shapes_sub(out)
+        if len(out) >= 16:
+            out = _encoded_shapes(out)
         return out
 
     def verbatim(self, text: str, obj: dict[str, Any], *, parsed: bool = False) -> bool:
@@ -439,12 +828,14 @@ class Redactor:
         """Redact secrets, then paths, URLs, hosts, addresses and SQL: for reasons.
 
         Strings in ``allow`` (the model's own argument values) are the operation's terms, not
-        the infrastructure's, so a path the model passed may be named back to it.
+        the infrastructure's, so a path the model passed may be named back to it: exactly
+        that value, standing alone, never a longer identifier that merely contains it
+        (``customer="etc"`` does not keep ``/etc/shadow``).
         """
         text = self.secrets(text)
         kept = sorted((a for a in allow if len(a) >= 2 and a in text), key=len, reverse=True)
         for i, original in enumerate(kept):
-            text = text.replace(original, f"\x00{i}\x00")
+            text = _keep_whole(text, original, f"\x00{i}\x00")
         for (pattern, word), gate in _GATED:
             if isinstance(gate, str):
                 if gate not in text:

@@ -41,6 +41,19 @@ KINDS: tuple[tuple[str, str, bool], ...] = (
 )
 ENV_NAMES = {"env_api_key": "CANARY_SERVICE_API_KEY", "env_password": "CANARY_DB_PASSWORD",
              "env_db_url_secret": "CANARY_DB_SECRET"}
+#: (kind, value placed, the secret part of it) — credential shapes nobody registered: the
+#: redactor must know them by their format alone.
+SHAPES: tuple[tuple[str, str, str], ...] = (
+    ("url_password", "postgres://app:Zq7Pw-url-4411@db.internal/app", "Zq7Pw-url-4411"),
+    ("shape_openai_key", "sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o", "sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o"),
+    ("shape_aws_key", "AKIAZ7Q4LMNB2XCV8RT6", "AKIAZ7Q4LMNB2XCV8RT6"),
+    ("shape_bearer", "Bearer 9fQ2-zX81ab.Qr7Tt", "9fQ2-zX81ab.Qr7Tt"),
+    ("shape_jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzaGFwZSJ9.c2hhcGUtc2lnbmF0dXJl",
+     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzaGFwZSJ9.c2hhcGUtc2lnbmF0dXJl"),
+)
+#: Forms that change a credential's letters: a case-folded key is no longer the key, so
+#: shapes are not tried in them (registered and environment secrets are).
+CASE_FORMS = ("upper", "lower")
 
 
 def _split(value: str) -> str:
@@ -51,15 +64,21 @@ def _split(value: str) -> str:
 FORMS: dict[str, Callable[[str], str]] = {
     "plain": lambda v: v,
     "base64": lambda v: base64.b64encode(f"user:{v}".encode()).decode(),
+    "base64url": lambda v: base64.urlsafe_b64encode(v.encode()).decode().rstrip("="),
     "url_encoded": lambda v: urllib.parse.quote(v, safe=""),
     "json_escaped": lambda v: json.dumps(v)[1:-1],
+    "json_slash": lambda v: json.dumps(v)[1:-1].replace("/", "\\/"),
+    "unicode_escaped": lambda v: "".join(f"\\u{ord(c):04x}" for c in v),
+    "hex": lambda v: v.encode().hex(),
+    "repr_escaped": lambda v: repr(json.dumps(_split(v)))[1:-1],
     "upper": lambda v: v.upper(),
     "lower": lambda v: v.lower(),
     "split_lines": _split,
 }
 PLACEMENTS = ("argument", "secret_named_argument", "nested_argument", "bytes_argument",
-              "raw_json", "return_value", "exception_text", "tool_error_reason",
-              "next_action", "unknown_tool_name", "timeout_text")
+              "raw_json", "return_value", "exception_text", "exception_chain",
+              "tool_error_reason", "next_action", "unknown_tool_name", "timeout_text",
+              "call_id")
 CHANNELS = ("text", "data", "trace", "spans", "logs", "ledger", "store", "incidents")
 
 
@@ -70,6 +89,11 @@ class Matrix:
     trials: int = 0
     leaks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANNELS, 0))
     by_form: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMS, 0))
+    #: Leaks per (channel, form): the published table (0 is the bar in every cell).
+    cells: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Trials per group of kinds: registered, environment, shape.
+    groups: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("registered", "environment", "shape"), 0))
     #: Trials in which the channel held anything at all (a silent channel proves nothing).
     seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANNELS, 0))
     examples: list[str] = field(default_factory=list)
@@ -116,6 +140,11 @@ def _call_for(placement: str, placed: str) -> tuple[str, Any, Callable[[Guard], 
                 return {"note": note, "echo": placed}
             if mode == "exception":
                 raise ValueError(f"note {placed} is not valid")
+            if mode == "chain":  # a KeyError's text is its argument's repr (backslashes doubled)
+                try:
+                    raise KeyError(f"note {placed}")
+                except KeyError as exc:
+                    raise RuntimeError("lookup failed") from exc
             if mode == "reason":
                 raise ToolError("invalid_argument", f"note {placed} is not valid")
             if mode == "next":
@@ -141,7 +170,8 @@ def _call_for(placement: str, placed: str) -> tuple[str, Any, Callable[[Guard], 
     else:
         mode = {"return_value": "return", "exception_text": "exception",
                 "tool_error_reason": "reason", "next_action": "next",
-                "timeout_text": "timeout"}[placement]
+                "timeout_text": "timeout", "exception_chain": "chain",
+                "call_id": ""}[placement]
         args = {"note": "n", "mode": mode}
     return name, args, register
 
@@ -160,7 +190,7 @@ def _env(matrix_env: dict[str, str]) -> Iterator[None]:
 
 
 def run_matrix(workdir: Path, *, kinds: int = len(KINDS),
-               placements: tuple[str, ...] = PLACEMENTS) -> Matrix:
+               placements: tuple[str, ...] = PLACEMENTS, shapes: bool = True) -> Matrix:
     """Every kind x form x placement, each searched for in every channel."""
     saved_provider = _swap_provider(_PROVIDER)
     matrix = Matrix()
@@ -174,13 +204,21 @@ def run_matrix(workdir: Path, *, kinds: int = len(KINDS),
     logger.setLevel(logging.DEBUG)  # the harshest case: tracebacks kept (redacted)
     try:
         n = 0
-        for kind, secret, registered in KINDS[:kinds]:
+        trials = [(kind, secret, secret, registered) for kind, secret, registered
+                  in KINDS[:kinds]]
+        if shapes:
+            trials += [(kind, value, secret, None) for kind, value, secret in SHAPES]
+        for kind, value, secret, registered in trials:
             for form_name, form in FORMS.items():
-                placed = form(secret)
+                if registered is None and form_name in CASE_FORMS:
+                    continue
+                placed = form(value)
                 for placement in placements:
                     n += 1
-                    _trial(matrix, workdir / f"t{n}", kind, secret, registered, form_name,
-                           placed, placement, capture)
+                    matrix.groups["shape" if registered is None else "registered"
+                                  if registered else "environment"] += 1
+                    _trial(matrix, workdir / f"t{n}", kind, secret, bool(registered),
+                           form_name, placed, placement, capture)
     finally:
         _swap_provider(saved_provider)
         logger.setLevel(old_level)
@@ -205,7 +243,9 @@ def _trial(matrix: Matrix, workdir: Path, kind: str, secret: str, registered: bo
     register(guard)
     capture.lines.clear()
     _EXPORTER.clear()
-    results = [guard.call(name, args), guard.call(name, args)]  # the 2nd hits the cap
+    call_id = placed if placement == "call_id" else None
+    # the 2nd hits the cap
+    results = [guard.call(name, args, call_id=call_id), guard.call(name, args, call_id=call_id)]
     channels = {
         "text": "\n".join(r.text + "\n" + r.tool for r in results),
         "data": "\n".join(json.dumps(r.data, default=str) for r in results),
@@ -227,5 +267,6 @@ def _trial(matrix: Matrix, workdir: Path, kind: str, secret: str, registered: bo
         if any(n in text or n.lower() in lowered for n in needles):
             matrix.leaks[channel] += 1
             matrix.by_form[form_name] += 1
-            if len(matrix.examples) < 8:
+            matrix.cells[channel, form_name] = matrix.cells.get((channel, form_name), 0) + 1
+            if len(matrix.examples) < 8 or channel not in ("ledger", "store"):
                 matrix.examples.append(f"{kind}/{form_name}/{placement} -> {channel}")

@@ -202,7 +202,9 @@ def check(guard: Guard, result: Any, elapsed: float, tally: Tally) -> None:
         tally.leaks += 1
         tally.note(f"leak: {result.text}")
     if not result.ok:
-        if not (FOUR_PART.match(result.text) or TERMINAL.match(result.text)):
+        # no_progress carries the result the model asked for after the four parts
+        message = result.text.partition("\nResult (unchanged): ")[0]
+        if not (FOUR_PART.match(message) or TERMINAL.match(message)):
             tally.malformed += 1
             tally.note(f"malformed: {result.text}")
         # The code and the next action are never cut: a message may pass its budget, never

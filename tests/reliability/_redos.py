@@ -18,6 +18,10 @@ FAMILIES = (
     "token-", "api_key.", "password_", "-----BEGIN RSA PRIVATE KEY-----", "SELECT ",
     "SELECT a ", "select * ", "update x ", "http", "a://", "x" , "é", "字", " ", "\n", "\\n",
     "a\n", "%2F", "=",
+    # the encoded-shape pass: base64 runs with joins, hex, escapes, split bearer tokens, URLs
+    "QUJD_", "a-QUJD", "0f", "\\u0041", "a\\/", "a\\\\", "Bearer\n", "bearer \na\n",
+    "a://b:", "a://b:c@", "%41%", "ASIA", "xoxb-1", "select a, ", "select a,", "drop table ",
+    "\\\\a\\", "localhost",
 )
 SECRET = "Zq81-xLpQ/0aa+Kw9"
 #: A family is slow when its largest input takes longer than this (a backtracking pattern

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import _canary, _crash, _hostile, _redos
+from . import _canary, _crash, _hostile, _ordinary, _redos
 
 PROFILES: dict[str, dict[str, Any]] = {
     # CI: a sample of every part, well under two minutes on a small shared runner.
     "ci": {"name": "ci", "examples": 150, "per_example": 20, "kinds": 9,
            "placements": ("argument", "return_value", "exception_text", "unknown_tool_name",
-                          "bytes_argument"),
+                          "bytes_argument", "exception_chain"),
            "kill9": 2, "outage_calls": 10, "redos_sizes": (16_000, 64_000, 256_000)},
     # Nightly: the full counts.
     "full": {"name": "full", "examples": 5_000, "per_example": 20, "kinds": 9,
@@ -42,14 +42,18 @@ def run(profile: dict[str, Any], workdir: Path) -> dict[str, Any]:
     except (FileNotFoundError, RuntimeError):  # no redis-server binary here
         redis_skipped = True
     redos = _redos.scaling(profile["redos_sizes"])
-    clean = (tally.raises == tally.hangs == tally.over_budget == tally.malformed == 0
+    precision = _ordinary.measure()
+    clean = (precision.echo_intact >= 0.99 * precision.values
+             and precision.result_intact >= 0.99 * precision.values
+             and tally.raises == tally.hangs == tally.over_budget == tally.malformed == 0
              and tally.leaks == 0 and not any(matrix.leaks.values())
              and crash.kill9_duplicates == 0 and crash.outage_raises == 0
              and crash.outage_hangs == 0 and crash.outage_duplicates == 0
              and redos["slow"] == [])
     return {"profile": profile["name"], "tally": tally, "generated_s": generated_s,
             "matrix": matrix, "crash": crash, "redis_skipped": redis_skipped,
-            "redos": redos, "clean": clean, "python": platform.python_version()}
+            "redos": redos, "precision": precision, "clean": clean,
+            "python": platform.python_version()}
 
 
 def render(f: dict[str, Any]) -> str:
@@ -58,6 +62,7 @@ def render(f: dict[str, Any]) -> str:
     m: _canary.Matrix = f["matrix"]
     c: _crash.CrashFigures = f["crash"]
     r = f["redos"]
+    p: _ordinary.Precision = f["precision"]
     lines = [
         f"Profile `{f['profile']}`, Python {f['python']}, "
         f"{f.get('seconds', '?')} s in all.",
@@ -72,13 +77,36 @@ def render(f: dict[str, Any]) -> str:
         f"| malformed messages (not the four-part or terminal shape) | {t.malformed} |",
         f"| canary secret in text, tool name or data | {t.leaks} |",
         "",
-        f"Canary matrix: {len(_canary.KINDS[:9])} secret kinds x {len(_canary.FORMS)} forms "
-        f"({', '.join(_canary.FORMS)}) x placements = {m.trials:,} trials, "
-        f"each searched for in {len(_canary.CHANNELS)} channels.",
+        f"Canary matrix: {len(_canary.KINDS[:9])} secret kinds (registered and environment) "
+        f"and {len(_canary.SHAPES)} credential shapes nobody registered (URL password, sk-, "
+        f"AKIA, bearer, JWT) x {len(_canary.FORMS)} forms (shapes: all but "
+        f"{' and '.join(_canary.CASE_FORMS)}) x placements = {m.trials:,} trials "
+        f"({m.groups['registered']:,} registered, {m.groups['environment']:,} environment, "
+        f"{m.groups['shape']:,} shape), each searched for in {len(_canary.CHANNELS)} channels.",
         "",
         "| Channel | Leaks |",
         "|---|---|",
         *(f"| {channel} | {count} |" for channel, count in m.leaks.items()),
+        "",
+        "Leaks per channel x form (0 is the bar in every cell):",
+        "",
+        "| Channel | " + " | ".join(_canary.FORMS) + " |",
+        "|---|" + "---|" * len(_canary.FORMS),
+        *(f"| {channel} | " + " | ".join(str(m.cells.get((channel, form), 0))
+                                       for form in _canary.FORMS) + " |"
+          for channel in _canary.CHANNELS),
+        "",
+        "| Ordinary values (precision) | Figure |",
+        "|---|---|",
+        f"| corpus: slugs, words holding key prefixes, names, UUIDs, git SHAs, ISBNs, flight "
+        f"numbers, URLs without passwords, base64 images, everyday values | "
+        f"{p.values} |",
+        f"| intact in the echo (`Rejected arguments`) | {p.echo_intact} of {p.values} "
+        f"({100 * p.echo_intact / p.values:.1f} %) |",
+        f"| intact in results | {p.result_intact} of {p.values} "
+        f"({100 * p.result_intact / p.values:.1f} %) |",
+        f"| benign argument names (`token_count`, `boarding_pass`, `auth_method`, …) whose "
+        f"value stays visible | {p.names_intact} of {p.names} |",
         "",
         "| Crashes and outages | Figure |",
         "|---|---|",
@@ -100,7 +128,7 @@ def render(f: dict[str, Any]) -> str:
         f"{(r['sizes'][-1] / r['sizes'][-2]) ** 2:.3g}x) |",
         f"| slowest redaction of the largest size | {r['slowest_s']:.2f} s |",
     ]
-    problems = [*t.examples, *m.examples]
+    problems = [*t.examples, *m.examples, *p.damaged[:8]]
     if problems:  # published as found, so a regression is visible rather than hidden
         lines += ["", "First problems seen:", ""]
         lines += ["- `" + p[:200].replace("`", "'").replace("\n", " / ") + "`"

@@ -22,13 +22,41 @@ def test_generated_hostile_calls_never_raise_hang_leak_or_overflow() -> None:
 
 
 def test_canary_matrix_leaks_nothing_in_any_channel(tmp_path: Path) -> None:
-    """Nine secret kinds in seven forms, placed in arguments, returns, exceptions and tool
-    names, appear in no channel: text, data, trace, spans, logs, ledger, store, incidents."""
-    matrix = _canary.run_matrix(tmp_path, placements=(
-        "argument", "bytes_argument", "return_value", "exception_text", "unknown_tool_name"))
-    assert matrix.trials == 9 * 7 * 5
+    """Nine secret kinds (registered and environment) in twelve forms, and five credential
+    shapes nobody registered in ten, placed in arguments, returns, exceptions, exception
+    chains and tool names, appear in no channel: text, data, trace, spans, logs, ledger,
+    store, incidents."""
+    placements = ("argument", "bytes_argument", "return_value", "exception_text",
+                  "exception_chain", "unknown_tool_name")
+    matrix = _canary.run_matrix(tmp_path, placements=placements)
+    forms, shape_forms = len(_canary.FORMS), len(_canary.FORMS) - len(_canary.CASE_FORMS)
+    assert matrix.trials == (9 * forms + len(_canary.SHAPES) * shape_forms) * len(placements)
     assert all(matrix.seen.values()), matrix.seen
     assert matrix.leaks == dict.fromkeys(_canary.CHANNELS, 0), matrix.examples
+
+
+def test_a_call_id_carrying_a_secret_leaks_into_no_model_or_telemetry_channel(
+        tmp_path: Path) -> None:
+    """A secret in the call id, in any form, reaches neither the model nor the JSONL trace,
+    the OpenTelemetry spans (``gen_ai.tool.call.id``), the logs or the incidents."""
+    matrix = _canary.run_matrix(tmp_path, placements=("call_id",))
+    # The ledger and store write the call id in _effects.record_dispatch (issue 27's file):
+    # redacted there once that lands; every other channel is held to zero here.
+    leaks = {k: v for k, v in matrix.leaks.items() if k not in ("ledger", "store")}
+    assert leaks == dict.fromkeys(leaks, 0), matrix.examples
+
+
+def test_ordinary_values_reach_the_model_intact() -> None:
+    """At least 99 % of 200+ ordinary values (slugs, words holding key prefixes, names,
+    UUIDs, SHAs, ISBNs, flights, URLs, base64 images) are spelt as sent in the echo and in
+    results, and benign argument names (token_count, boarding_pass) hide nothing."""
+    from . import _ordinary
+
+    figures = _ordinary.measure()
+    assert figures.values >= 200
+    assert figures.echo_intact >= 0.99 * figures.values, figures.damaged
+    assert figures.result_intact >= 0.99 * figures.values, figures.damaged
+    assert figures.names_intact == figures.names, figures.damaged
 
 
 def test_redactor_is_linear_on_adversarial_text() -> None:
