@@ -189,7 +189,7 @@ class Effects:
         if not call.replayable:
             return None
         try:
-            entry = g._store.ledger_call(g.task_id, call.call_id)
+            entry = g._store.ledger_call(g.task_id, g.redactor.secrets(call.call_id))
         except StateUnavailableError:
             return None
         if entry is None or entry.told != "ok" or entry.idempotency_key != call.idem:
@@ -322,7 +322,10 @@ class Effects:
         if call.idem is None:
             call.idem = self.idempotency_key(call)
         call.entry = LedgerEntry(
-            call_id=call.call_id, task=g.task_id, tool=call.spec.name, fingerprint=call.fp,
+            # The ledger and the store are channels too: a call id carrying a secret is
+            # kept redacted (and looked up the same way, see _replayed).
+            call_id=g.redactor.secrets(call.call_id), task=g.task_id, tool=call.spec.name,
+            fingerprint=call.fp,
             idempotency_key=call.idem, args=g.redactor.value(call.args),
             effect=Outcome.UNKNOWN,
         )

@@ -38,12 +38,11 @@ def test_canary_matrix_leaks_nothing_in_any_channel(tmp_path: Path) -> None:
 def test_a_call_id_carrying_a_secret_leaks_into_no_model_or_telemetry_channel(
         tmp_path: Path) -> None:
     """A secret in the call id, in any form, reaches neither the model nor the JSONL trace,
-    the OpenTelemetry spans (``gen_ai.tool.call.id``), the logs or the incidents."""
+    the OpenTelemetry spans (``gen_ai.tool.call.id``), the logs, the incidents, the effect
+    ledger or the store."""
     matrix = _canary.run_matrix(tmp_path, placements=("call_id",))
-    # The ledger and store write the call id in _effects.record_dispatch (issue 27's file):
-    # redacted there once that lands; every other channel is held to zero here.
-    leaks = {k: v for k, v in matrix.leaks.items() if k not in ("ledger", "store")}
-    assert leaks == dict.fromkeys(leaks, 0), matrix.examples
+    assert "ledger" in matrix.leaks and "store" in matrix.leaks
+    assert matrix.leaks == dict.fromkeys(matrix.leaks, 0), matrix.examples
 
 
 def test_ordinary_values_reach_the_model_intact() -> None:
