@@ -238,14 +238,17 @@ class Ladder:
         that differ beyond times and ids): an observation that changed is progress, not a
         loop, so its identical-failure count starts over."""
         g = self._g
-        said = digest(f"{failure.code}\n{failure.reason}", g.limits.volatile_fields)
+        said = f"{failure.code}\n{failure.reason}"
         with g._progress.lock:
             errors = self._state().errors
             before = errors.get(call.fp)
             errors[call.fp] = said
             if len(errors) > MAX_RESULTS:
                 del errors[next(iter(errors))]
-        return before is not None and before != said
+        if before is None or before == said:  # the usual repeat: equal words, no digest
+            return False
+        volatile = g.limits.volatile_fields
+        return digest(before, volatile) != digest(said, volatile)
 
     def note_failure(self, call: _Call, failure: Failure, *, terminal: bool
                      ) -> ToolResult | None:

@@ -49,8 +49,8 @@ class TurnState:
     results: OrderedDict[str, Seen] = field(default_factory=OrderedDict)
     capped: dict[CallKey, float] = field(default_factory=dict)
     failed: dict[CallKey, str] = field(default_factory=dict)
-    #: What each failing call (by fingerprint) last said, as a digest.
-    errors: dict[str, int] = field(default_factory=dict)
+    #: What each failing call (by fingerprint) last said: its code and reason.
+    errors: dict[str, str] = field(default_factory=dict)
     #: Calls admitted and not yet recorded, per tool, by ticket (their admission order).
     running: dict[str, dict[int, None]] = field(default_factory=dict)
     tickets: int = 0
