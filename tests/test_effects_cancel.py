@@ -27,7 +27,7 @@ ARGS = {"invoice": "7"}
 def capture_futures(guard: Guard, purpose: str) -> list[concurrent.futures.Future[Any]]:
     """The futures of the sync tool runs the guard submits to its ``purpose`` pool."""
     futures: list[concurrent.futures.Future[Any]] = []
-    pool = guard._workers.pool(purpose)
+    pool = guard._shared.workers.pool(purpose)
     submit = pool.submit
 
     def capture(*args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:

@@ -302,7 +302,7 @@ def test_the_remembered_results_stay_bounded(monkeypatch: Any) -> None:
     guard, _ = make()
     for i in range(100):
         guard.call("get_order", {"order_id": f"A{i}"})
-    state = guard._progress.get("default", 0)
+    state = guard._shared.progress.get("default", 0)
     assert state is not None and len(state.results) <= 16
 
 
@@ -314,11 +314,11 @@ def test_turn_state_stays_bounded(monkeypatch: Any) -> None:
     for _ in range(20):
         guard.call("get_user", {"user_id": "bad"})
         guard.new_turn()
-    assert len(guard._progress._turns) <= 1
+    assert len(guard._shared.progress._turns) <= 1
     monkeypatch.setattr(_progress, "MAX_SCOPES", 8)
     for i in range(30):
         guard.scoped(f"s{i}").call("get_user", {"user_id": "bad"})
-    assert len(guard._progress._turns) <= 8
+    assert len(guard._shared.progress._turns) <= 8
 
 
 def test_a_long_result_in_no_progress_leaves_the_message_whole() -> None:

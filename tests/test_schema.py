@@ -75,7 +75,7 @@ def _typed(value: Any) -> Any:
 @given(_args)
 def test_the_strict_twin_accepts_only_what_the_validator_accepts_and_returns_the_same(
         args: dict[str, Any]) -> None:
-    spec = _guard()._tools["_rich"]
+    spec = _guard()._shared.tools["_rich"]
     assert spec.plain_validate is not None and spec.fast_validate is not None
     try:
         strict = spec.plain_validate(args)
@@ -114,7 +114,7 @@ def test_the_open_twin_with_its_count_decides_as_the_strict_twin(
     compares counts (``Pipeline._validated_plain``): it must take exactly the arguments the
     strict twin takes (extra keys, str subclass and non-str keys, missing parameters), and
     give the tool the same values."""
-    spec = _guard()._tools["_rich"]
+    spec = _guard()._shared.tools["_rich"]
     assert spec.plain_validate is not None
     sent = {k: v for k, v in {**args, **more}.items() if k not in dropped}
     call = _Call(None, "_rich", sent, "call_1", 0.0)
@@ -141,7 +141,7 @@ def test_a_key_that_is_no_parameter_is_named_whichever_twin_saw_it() -> None:
 
 def test_an_int_sent_for_a_float_stays_an_int_and_bounds_still_apply() -> None:
     guard = _guard()
-    spec = guard._tools["_rich"]
+    spec = guard._shared.tools["_rich"]
     assert spec.plain_validate is not None
     base = {"origin": "SFO", "stops": 0, "tags": [], "weights": [1, 0.5]}
     kept = spec.plain_validate({**base, "price": 420})
@@ -158,7 +158,7 @@ def test_an_int_sent_for_a_float_stays_an_int_and_bounds_still_apply() -> None:
 
 def test_long_text_is_left_to_the_usual_validation() -> None:
     guard = _guard()
-    spec = guard._tools["_rich"]
+    spec = guard._shared.tools["_rich"]
     assert spec.plain_validate is not None
     long_args = {"origin": "x" * 300_000, "stops": 0, "price": 1.5, "tags": ["y" * 200],
                  "weights": []}
@@ -204,7 +204,7 @@ def test_no_twin_where_a_parameter_could_hold_more_than_plain_json() -> None:
     def normalized(name: str) -> str:
         return name
 
-    twins = {name: spec.plain_validate is not None for name, spec in guard._tools.items()}
+    twins = {name: spec.plain_validate is not None for name, spec in guard._shared.tools.items()}
     assert twins == {"anything": False, "checked": False, "open_ended": False,
                      "nested": False, "by_enum": False, "plain": True, "normalized": False}
     assert guard.call("checked", {"name": "ada"}).text == "ADA"
@@ -214,7 +214,7 @@ def test_no_twin_where_a_parameter_could_hold_more_than_plain_json() -> None:
 @pytest.mark.parametrize("price", [0, 1, 7, 2**53 - 1, 2**53, 2**53 + 1, 2**60, -(2**60), 2**64,
                                    0.5, 420.5, 1e16, 2.0**53, 1e300, 5e-324])
 def test_numbers_at_the_edges_are_the_validators_own_or_left_to_it(price: Any) -> None:
-    spec = _guard()._tools["_rich"]
+    spec = _guard()._shared.tools["_rich"]
     assert spec.plain_validate is not None and spec.fast_validate is not None
     args = {"origin": "SFO", "stops": 0, "tags": [], "weights": [price], "price": price}
     try:
@@ -245,7 +245,7 @@ def test_json_text_the_twin_takes_is_what_parsing_then_validating_gives(
     values (and the tool's) are those of parsing the text and validating the result."""
     import json
 
-    spec = _guard()._tools["_rich"]
+    spec = _guard()._shared.tools["_rich"]
     assert spec.plain_validate_json is not None and spec.fast_validate is not None
     try:
         text = json.dumps(args, default=repr, separators=(", ", ": ") if spaced else (",", ":"))
@@ -286,5 +286,5 @@ def test_a_tool_changing_its_list_never_changes_the_call() -> None:
 
 def spec_took_the_text(guard: Guard, name: str, text: str) -> bool:
     """Whether the tool's twin validates ``text`` (so the test runs the path it means to)."""
-    validate = guard._tools[name].plain_validate_json
+    validate = guard._shared.tools[name].plain_validate_json
     return validate is not None and validate(text) == {"names": ["a", "b"], "label": "x"}

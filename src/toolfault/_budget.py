@@ -8,8 +8,6 @@ recorded, never a silent stop.  Observe and shape modes only mark it in the trac
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from toolfault._admission import (
     Admission,
     AdmissionRequest,
@@ -19,61 +17,63 @@ from toolfault._admission import (
 )
 from toolfault._call import _Call
 from toolfault._classify import from_entry
+from toolfault._degrading import DegradingStore
+from toolfault._emission import Emitter
 from toolfault._errors import FailureClass
+from toolfault._failing import Failures
 from toolfault._limits import Limits
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult
+from toolfault._settings import Scope, Settings
 from toolfault._tool import ToolSpec
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
-
-
 
 
 class Budgets:
-    """Builds admission requests and answers refused ones (one per guard scope)."""
+    """Builds one scope's admission requests and answers refused ones."""
 
-    def __init__(self, guard: Guard) -> None:
-        self._g = guard
-        # Per tool spec (a tool registered again is a new spec): the limits they were built
-        # for, the ceilings and the lease.
-        self._built: dict[int, tuple[ToolSpec, Limits, tuple[Ceiling, ...], float]] = {}
+    def __init__(self, settings: Settings, scope: Scope, store: DegradingStore, *,
+                 failures: Failures, emitter: Emitter) -> None:
+        self._limits = settings.limits
+        self._catalog = settings.catalog
+        self._scope = scope
+        self._store = store
+        self._failures = failures
+        self._emitter = emitter
+        # Per tool spec (frozen: a tool registered again is a new spec), its ceilings and
+        # lease under this scope's limits.
+        self._built: dict[int, tuple[ToolSpec, tuple[Ceiling, ...], float]] = {}
 
     def request(self, spec: ToolSpec, fingerprint: LazyFingerprint) -> AdmissionRequest:
-        """The call's request: built from data cached per tool (rebuilt if limits change)."""
-        g = self._g
+        """The call's request, from the tool's ceilings and lease (built once per spec)."""
         built = self._built.get(id(spec))
-        if built is None or built[0] is not spec or built[1] is not g.limits:
-            built = (spec, g.limits, ceilings_for(g.limits, spec),
-                     max(30.0, 4 * (spec.timeout or 30.0)))
+        if built is None or built[0] is not spec:
+            built = (spec, ceilings_for(self._limits, spec), max(30.0, 4 * (spec.timeout or 30.0)))
             self._built[id(spec)] = built
-        return AdmissionRequest(g.task_id, g._turn, fingerprint, spec.cost, lease=built[3],
-                                ceilings=built[2])
+        scope = self._scope
+        return AdmissionRequest(scope.task_id, scope.turn, fingerprint, spec.cost,
+                                lease=built[2], ceilings=built[1])
 
     def exceeded(self, call: _Call, adm: Admission) -> ToolResult | None:
         """``budget_exceeded`` and an incident (enforce), or a mark in the trace."""
-        g = self._g
         if adm.over == "calls_per_turn":
             reason = (f"this turn already made {adm.calls_in_turn} tool calls, the limit per "
                       "turn")
         else:
             cost = call.spec.cost if call.spec else 0.0
             reason = (f"this task has spent {adm.spend:g} of its "
-                      f"{g.limits.max_spend_per_task:g} budget and {call.name} costs {cost:g}")
-        if g.mode != "enforce":
+                      f"{self._limits.max_spend_per_task:g} budget and {call.name} costs {cost:g}")
+        if self._scope.mode != "enforce":
             call.shadow["would_exceed_budget"] = adm.over
             return None
-        g._emitter.incident(IncidentKind.BUDGET_EXCEEDED, call.name, "budget_exceeded", reason)
-        return g._pipeline.fail(call, from_entry(g.catalog.get("budget_exceeded"), reason),
+        self._emitter.incident(IncidentKind.BUDGET_EXCEEDED, call.name, "budget_exceeded", reason)
+        return self._failures.fail(call, from_entry(self._catalog.get("budget_exceeded"), reason),
                                 count=False)
 
     def refund(self, call: _Call) -> None:
         """Give back the spend of a call that was charged but never dispatched."""
-        g = self._g
         if call.spec is not None and call.spec.cost and call.admission is not None:
             try:
-                g._store.refund(g.task_id, call.spec.cost)
+                self._store.refund(self._scope.task_id, call.spec.cost)
             except Exception:  # noqa: BLE001 - a lost refund over-counts, never under
                 pass
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolfault._admission import Admission, AdmissionRequest, CallKey, LazyFingerprint
+from toolfault._fingerprint import fingerprint
 from toolfault._records import LedgerEntry
+from toolfault._settings import Scope
 from toolfault._tool import ToolSpec
 
 #: What the parser returns for arguments that are not a JSON object (the reason is kept).
@@ -129,6 +131,32 @@ class _Call:
 
     def __repr__(self) -> str:
         return f"_Call(name={self.name!r}, call_id={self.call_id!r}, attempts={self.attempts})"
+
+
+def resolve_fp(call: _Call, scope: Scope) -> str | None:
+    """Fingerprint the call (once) and set its counter key in ``scope``; returns why the
+    arguments are unusable, if they are.  A lazy fingerprint is resolved (and cached for the
+    store)."""
+    if call.fp:
+        return None
+    fp = call.fingerprint
+    if fp is not None:  # only plain arguments are fingerprinted lazily: it cannot fail
+        call.fp = fp()
+    else:
+        assert call.spec is not None
+        try:
+            call.fp = fingerprint(call.spec.name, call.args, call.spec.normalizers)
+        except RecursionError:
+            return "the arguments are nested too deeply"
+        except (ValueError, TypeError) as exc:
+            text = str(exc)
+            if "NaN" in text or "Infinity" in text or "nan" in text.lower():
+                return "the arguments contain NaN or Infinity, which is not a valid number"
+            if "too large" in text:
+                return text
+            return "the arguments must be plain JSON values"
+    call.key = CallKey(scope.task_id, scope.turn, call.fp)
+    return None
 
 
 class _Value:

@@ -666,3 +666,11 @@ def _quietly(op: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> N
         op(*args, **kwargs)
     except Exception:  # noqa: BLE001 - best effort; the next recovery or a TTL catches up
         pass
+
+
+def best_effort(op: Callable[..., _R], *args: object) -> _R | None:
+    """A store operation whose failure only costs a count, never the call."""
+    try:
+        return op(*args)
+    except StateUnavailableError:
+        return None

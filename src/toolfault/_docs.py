@@ -28,13 +28,14 @@ def example_message(catalog: Catalog, entry: CatalogEntry) -> str:
     # The first failure's four parts, as the model reads them: not the terminal message a
     # row with a cap of one would give at once (halted, tool_blocked, no_progress).
     first = catalog.with_entry(dataclasses.replace(entry, retry_limit=None))
-    guard = Guard(catalog=first, limits=Limits(retry_limit=100), scan_env_secrets=False)
+    # A tokenizer counting nothing: the lint measures the template as written, uncut.
+    guard = Guard(catalog=first, limits=Limits(retry_limit=100), scan_env_secrets=False,
+                  tokenizer=lambda text: 0)
 
     def example_tool(item_id: str, quantity: int) -> None:
         raise ToolError(entry.code, "<reason, in the operation's terms>")
 
     guard.tool(name=EXAMPLE_TOOL)(example_tool)
-    guard._cut_to_budget = False  # the lint measures the template as written, uncut
     return guard.call(EXAMPLE_TOOL, dict(EXAMPLE_ARGS)).text
 
 

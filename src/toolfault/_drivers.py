@@ -16,79 +16,57 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from toolfault._batch import after_earlier, take_slot
 from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
+from toolfault._pipeline import Pipeline
 from toolfault._result import ToolContext, ToolResult
+from toolfault._settings import Scope, Settings
 from toolfault._tool import ToolSpec, verdict_of
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
+from toolfault._workers import Workers
 
 log = logging.getLogger("toolfault")
 
 _T = TypeVar("_T")
 _monotonic = time.monotonic
 
-#: Threads per purpose: hung tools cannot starve timeouts, and neither can starve checks.
-_POOL_SIZES = {"tools": 32, "async": 32, "checks": 8}
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What the drivers use: the scope's pipeline and settings, the shared pools and sleep."""
 
-
-class Workers:
-    """Bounded worker pools, one per purpose, created on first use and shared by scopes."""
-
-    def __init__(self) -> None:
-        self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
-        self._lock = threading.Lock()
-
-    def pool(self, purpose: str) -> concurrent.futures.ThreadPoolExecutor:
-        """``tools`` (calls with ``timeout=``), ``async`` (sync tools under ``acall``) or
-        ``checks`` (postconditions)."""
-        pool = self._pools.get(purpose)
-        if pool is None:
-            with self._lock:
-                pool = self._pools.get(purpose)
-                if pool is None:
-                    pool = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=_POOL_SIZES.get(purpose, 8),
-                        thread_name_prefix=f"toolfault-{purpose}")
-                    self._pools[purpose] = pool
-        return pool
-
-    def shutdown(self) -> None:
-        with self._lock:
-            pools = list(self._pools.values())
-            self._pools.clear()
-        for pool in pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+    pipeline: Pipeline
+    settings: Settings
+    scope: Scope
+    workers: Workers
+    sleep: Callable[[float], None]
 
 
 # -- the sync driver ---------------------------------------------------------------------
-def run_sync(guard: Guard, call: _Call) -> ToolResult:
+def run_sync(rt: Runtime, call: _Call) -> ToolResult:
     """Drive one call's pipeline on the caller's thread."""
-    pipeline = guard._pipeline
+    pipeline = rt.pipeline
     early = pipeline.admit(call)
     if early is not None:
         return early
     assert call.spec is not None
     if call.spec.side_effect:  # the effect channel first: claim the key, verify what is pending
-        answered: ToolResult | None = _steps_sync(guard, call, pipeline.precheck(call))
+        answered: ToolResult | None = _steps_sync(rt, call, pipeline.precheck(call))
         if answered is not None:
             return answered
     try:
-        value = _invoke_sync(guard, call)
+        value = _invoke_sync(rt, call)
     except Exception as exc:  # the pipeline classifies it
-        result: ToolResult = _steps_sync(guard, call, pipeline.raised(call, exc))
+        result: ToolResult = _steps_sync(rt, call, pipeline.raised(call, exc))
         return result
     return pipeline.returned(call, value)
 
 
-def _steps_sync(guard: Guard, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
+def _steps_sync(rt: Runtime, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
     """Perform the steps the pipeline yields until it returns; what it returns."""
     reply: Any = None
     try:
@@ -96,58 +74,58 @@ def _steps_sync(guard: Guard, call: _Call, steps: Generator[Step, Any, Any]) -> 
             step = steps.send(reply)
             if step is DISPATCH:
                 try:
-                    reply = _Value(_invoke_sync(guard, call))
+                    reply = _Value(_invoke_sync(rt, call))
                 except Exception as exc:  # the pipeline classifies it
                     reply = _Raised(exc)
             elif step is VERIFY:
-                reply = _postcondition_sync(guard, call)
+                reply = _postcondition_sync(rt, call)
             else:
                 assert isinstance(step, Sleep)
                 if step.seconds > 0:
-                    guard._sleep(step.seconds)
+                    rt.sleep(step.seconds)
                 reply = None
     except StopIteration as done:
         return done.value
 
 
-def _invoke_sync(guard: Guard, call: _Call) -> Any:
+def _invoke_sync(rt: Runtime, call: _Call) -> Any:
     """Run one attempt; nobody awaits a sync call, so a ``CancelledError`` is the tool's."""
     try:
-        return _attempt_sync(guard, call)
+        return _attempt_sync(rt, call)
     except asyncio.CancelledError as exc:
         raise _as_tool_error(exc) from exc
 
 
-def _attempt_sync(guard: Guard, call: _Call) -> Any:
+def _attempt_sync(rt: Runtime, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
     call.attempts += 1
     call.dispatched = True
-    deadline = guard.deadline
-    if spec.direct and not guard.isolate_sync_tools and (
+    deadline = rt.settings.deadline
+    if spec.direct and not rt.settings.isolate_sync_tools and (
             deadline is None or deadline > _monotonic() - call.started):
         value = spec.fn(**call.kwargs)  # on the caller's thread: see ``isolate_sync_tools``
     else:
-        kwargs = call.kwargs if spec.context_param is None else _with_context(guard, call)
-        value = _invoke_bounded(guard, call, spec, kwargs)
+        kwargs = call.kwargs if spec.context_param is None else _with_context(rt, call)
+        value = _invoke_bounded(rt, call, spec, kwargs)
     if hasattr(value, "__await__"):  # an async tool behind a plain decorator
-        value = _run_coroutine(value, timeout=guard._pipeline.attempt_limit(call, spec.timeout))
+        value = _run_coroutine(value, timeout=rt.pipeline.attempt_limit(call, spec.timeout))
     return value
 
 
-def _invoke_bounded(guard: Guard, call: _Call, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+def _invoke_bounded(rt: Runtime, call: _Call, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
     """A tool with a timeout, a deadline, or a coroutine body: within its time limit."""
-    limit = guard._pipeline.attempt_limit(call, spec.timeout)
+    limit = rt.pipeline.attempt_limit(call, spec.timeout)
     if limit is not None and limit <= 0:
         raise TimeoutError(f"{spec.name} ran out of time")
     if spec.is_async:
         return _run_coroutine(spec.fn(**kwargs), timeout=limit)
-    if limit is None or (spec.timeout is None and not guard.isolate_sync_tools):
+    if limit is None or (spec.timeout is None and not rt.settings.isolate_sync_tools):
         return spec.fn(**kwargs)  # on the caller's thread: see ``isolate_sync_tools``
-    return _bounded(guard, spec.fn, kwargs, limit, spec.name, call)
+    return _bounded(rt, spec.fn, kwargs, limit, spec.name, call)
 
 
-def _bounded(guard: Guard, fn: Callable[..., Any], kwargs: dict[str, Any], limit: float,
+def _bounded(rt: Runtime, fn: Callable[..., Any], kwargs: dict[str, Any], limit: float,
              name: str, call: _Call) -> Any:
     """Run a sync tool in a worker thread for at most ``limit`` seconds.
 
@@ -155,7 +133,7 @@ def _bounded(guard: Guard, fn: Callable[..., Any], kwargs: dict[str, Any], limit
     it as ``orphan`` so its idempotency key stays held); the caller gets a ``TimeoutError``.
     """
     context = contextvars.copy_context()
-    future = guard._workers.pool("tools").submit(context.run, _in_thread, fn, kwargs)
+    future = rt.workers.pool("tools").submit(context.run, _in_thread, fn, kwargs)
     try:
         return future.result(timeout=limit)
     except concurrent.futures.TimeoutError:
@@ -166,12 +144,12 @@ def _bounded(guard: Guard, fn: Callable[..., Any], kwargs: dict[str, Any], limit
         raise TimeoutError(f"{name} timed out after {limit:.3g}s") from None
 
 
-def _postcondition_sync(guard: Guard, call: _Call) -> Outcome | None:
+def _postcondition_sync(rt: Runtime, call: _Call) -> Outcome | None:
     assert call.spec is not None and call.spec.postcondition is not None
     check, args = call.spec.postcondition, dict(call.kwargs or call.args)
     limit = _check_limit(call.spec.timeout)
     try:
-        future = guard._workers.pool("checks").submit(_check_in_thread, check, args)
+        future = rt.workers.pool("checks").submit(_check_in_thread, check, args)
         value = future.result(timeout=limit)
         if inspect.isawaitable(value):
             value = _run_coroutine(value, timeout=limit)
@@ -182,29 +160,29 @@ def _postcondition_sync(guard: Guard, call: _Call) -> Outcome | None:
 
 
 # -- the async driver --------------------------------------------------------------------
-async def run_async(guard: Guard, call: _Call) -> ToolResult:
+async def run_async(rt: Runtime, call: _Call) -> ToolResult:
     """Drive one call's pipeline in the running event loop; sync tools run in a thread."""
-    pipeline = guard._pipeline
+    pipeline = rt.pipeline
     slot = take_slot()
     early = pipeline.admit(call)
     if early is not None:
         return early
     assert call.spec is not None
     if call.spec.side_effect:  # the effect channel first: claim the key, verify what is pending
-        answered: ToolResult | None = await _steps_async(guard, call, pipeline.precheck(call))
+        answered: ToolResult | None = await _steps_async(rt, call, pipeline.precheck(call))
         if answered is not None:
             return answered
     try:
-        value = await _invoke_async(guard, call)
+        value = await _invoke_async(rt, call)
     except Exception as exc:  # the pipeline classifies it
         await after_earlier(slot)
-        result: ToolResult = await _steps_async(guard, call, pipeline.raised(call, exc))
+        result: ToolResult = await _steps_async(rt, call, pipeline.raised(call, exc))
         return result
     await after_earlier(slot)
     return pipeline.returned(call, value)
 
 
-async def _steps_async(guard: Guard, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
+async def _steps_async(rt: Runtime, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
     """Perform the steps the pipeline yields until it returns; what it returns."""
     reply: Any = None
     try:
@@ -212,28 +190,28 @@ async def _steps_async(guard: Guard, call: _Call, steps: Generator[Step, Any, An
             step = steps.send(reply)
             if step is DISPATCH:
                 try:
-                    reply = _Value(await _invoke_async(guard, call))
+                    reply = _Value(await _invoke_async(rt, call))
                 except Exception as exc:
                     reply = _Raised(exc)
             elif step is VERIFY:
-                reply = await _postcondition_async(guard, call)
+                reply = await _postcondition_async(rt, call)
             else:
                 assert isinstance(step, Sleep)
                 if step.seconds > 0:
-                    await _async_sleep(guard._sleep)(step.seconds)
+                    await _async_sleep(rt.sleep)(step.seconds)
                 reply = None
     except StopIteration as done:
         return done.value
 
 
-async def _invoke_async(guard: Guard, call: _Call) -> Any:
+async def _invoke_async(rt: Runtime, call: _Call) -> Any:
     """Run one attempt; a ``CancelledError`` the tool raised itself (nobody cancelled the
     awaiting task) is the tool's failure, shaped like any other, as under :meth:`Guard.call`.
     """
     task = asyncio.current_task()
     before = task.cancelling() if task is not None else 0
     try:
-        return await _attempt_async(guard, call)
+        return await _attempt_async(rt, call)
     except asyncio.CancelledError as exc:
         if task is None or task.cancelling() > before:
             raise  # the caller's cancellation: it propagates
@@ -246,13 +224,13 @@ def _as_tool_error(exc: BaseException) -> RuntimeError:
     return RuntimeError(f"the tool raised {type(exc).__name__}")
 
 
-async def _attempt_async(guard: Guard, call: _Call) -> Any:
+async def _attempt_async(rt: Runtime, call: _Call) -> Any:
     spec = call.spec
     assert spec is not None
     call.attempts += 1
     call.dispatched = True
-    kwargs = _with_context(guard, call)
-    limit = guard._pipeline.attempt_limit(call, spec.timeout)
+    kwargs = _with_context(rt, call)
+    limit = rt.pipeline.attempt_limit(call, spec.timeout)
     if limit is not None and limit <= 0:
         raise TimeoutError(f"{spec.name} ran out of time")
     if spec.is_async:
@@ -263,7 +241,7 @@ async def _attempt_async(guard: Guard, call: _Call) -> Any:
         except TimeoutError:
             raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
     context = contextvars.copy_context()
-    future = guard._workers.pool("tools" if spec.timeout is not None else "async").submit(
+    future = rt.workers.pool("tools" if spec.timeout is not None else "async").submit(
         context.run, _in_thread, spec.fn, kwargs)
     try:
         value = await _wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
@@ -279,11 +257,11 @@ async def _attempt_async(guard: Guard, call: _Call) -> Any:
             call.orphan = future
         raise
     if hasattr(value, "__await__"):
-        value = await _wait_for(value, guard._pipeline.attempt_limit(call, spec.timeout))
+        value = await _wait_for(value, rt.pipeline.attempt_limit(call, spec.timeout))
     return value
 
 
-async def _postcondition_async(guard: Guard, call: _Call) -> Outcome | None:
+async def _postcondition_async(rt: Runtime, call: _Call) -> Outcome | None:
     assert call.spec is not None and call.spec.postcondition is not None
     check, args = call.spec.postcondition, dict(call.kwargs or call.args)
     limit = _check_limit(call.spec.timeout)
@@ -292,7 +270,7 @@ async def _postcondition_async(guard: Guard, call: _Call) -> Outcome | None:
             value = await _wait_for(check(args), limit)
         else:
             value = await _wait_for(asyncio.wrap_future(
-                guard._workers.pool("checks").submit(_check_in_thread, check, args)), limit)
+                rt.workers.pool("checks").submit(_check_in_thread, check, args)), limit)
         if inspect.isawaitable(value):
             value = await _wait_for(value, limit)
         return verdict_of(value)
@@ -317,12 +295,12 @@ async def _wait_for(awaitable: Awaitable[_T], limit: float | None) -> _T:
 
 
 # -- shared by both ----------------------------------------------------------------------
-def _with_context(guard: Guard, call: _Call) -> dict[str, Any]:
+def _with_context(rt: Runtime, call: _Call) -> dict[str, Any]:
     spec = call.spec
     assert spec is not None
     if spec.context_param is None:
         return call.kwargs
-    context = ToolContext(call.name, call.call_id, guard.task_id, guard.turn, call.attempts,
+    context = ToolContext(call.name, call.call_id, rt.scope.task_id, rt.scope.turn, call.attempts,
                           call.idem)
     return {**call.kwargs, spec.context_param: context}
 

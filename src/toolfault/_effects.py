@@ -22,16 +22,19 @@ import secrets
 import time
 from collections.abc import Callable, Generator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from toolfault._call import VERIFY, Step, _Call
+from toolfault._budget import Budgets
+from toolfault._call import VERIFY, Step, _Call, resolve_fp
 from toolfault._classify import Failure, from_entry
+from toolfault._degrading import DegradingStore
+from toolfault._emission import Emitter
 from toolfault._errors import Outcome, StateUnavailableError
+from toolfault._failing import Failures
 from toolfault._records import IncidentKind, LedgerEntry
+from toolfault._redact import Redactor
 from toolfault._result import ToolResult
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
+from toolfault._settings import Scope, Settings
 
 log = logging.getLogger("toolfault")
 
@@ -41,10 +44,20 @@ REPLAY_NOTE = ("Replayed: an earlier {tool} call with this idempotency key alrea
 
 
 class Effects:
-    """The guard's side-effect handling: claim, verify, ledger (one per guard scope)."""
+    """One scope's side-effect handling: claim, verify, ledger.  Refusals are worded by
+    ``failures``; a refused call's spend is given back through ``budgets``."""
 
-    def __init__(self, guard: Guard) -> None:
-        self._g = guard
+    def __init__(self, settings: Settings, scope: Scope, store: DegradingStore,
+                 redactor: Redactor, *, budgets: Budgets, failures: Failures,
+                 emitter: Emitter) -> None:
+        self._settings = settings
+        self._catalog = settings.catalog
+        self._scope = scope
+        self._store = store
+        self._redactor = redactor
+        self._budgets = budgets
+        self._failures = failures
+        self._emitter = emitter
 
     def idempotency_key(self, call: _Call) -> str:
         """A stable hash of the key material: ledgers and stores never hold argument values.
@@ -70,13 +83,12 @@ class Effects:
         so the latest is the only one that can still be pending.  An explicit key's recorded
         success (or a use with other arguments) is returned too: :meth:`_keyed` answers it.
         """
-        g = self._g
         if call.idem is None:
             call.idem = self.idempotency_key(call)
-        entry = g._store.ledger_entry(g.task_id, call.idem)
+        entry = self._store.ledger_entry(self._scope.task_id, call.idem)
         if entry is None:
             return None
-        if self._explicit(call) and entry.at + g.idempotency_retention > time.time():
+        if self._explicit(call) and entry.at + self._settings.idempotency_retention > time.time():
             if self._conflicts(call, entry):
                 return entry  # the key was used with other arguments: a conflict
             if entry.effect is Outcome.APPLIED and entry.told == "ok":
@@ -93,7 +105,7 @@ class Effects:
         if spec is None or spec.idempotency_key is None:
             return False
         if not call.fp:
-            self._g._pipeline.resolve_fp(call)
+            resolve_fp(call, self._scope)
         return True
 
     @staticmethod
@@ -107,13 +119,13 @@ class Effects:
     def _keyed(self, call: _Call, entry: LedgerEntry) -> ToolResult | None:
         """An explicit key's answer from its retained entry: a conflict when it was used with
         other arguments, the recorded result (a replay) after a success; ``None`` otherwise."""
-        g = self._g
-        if not self._explicit(call) or entry.at + g.idempotency_retention <= time.time():
+        retained = entry.at + self._settings.idempotency_retention > time.time()
+        if not self._explicit(call) or not retained:
             return None
         if self._conflicts(call, entry):
-            g._budgets.refund(call)
-            return g._pipeline.fail(call, from_entry(
-                g.catalog.get("idempotency_conflict"),
+            self._budgets.refund(call)
+            return self._failures.fail(call, from_entry(
+                self._catalog.get("idempotency_conflict"),
                 f"this idempotency key was already used for a {call.name} call with other "
                 "arguments; nothing was run"), count=False)
         if entry.effect is Outcome.APPLIED and entry.told == "ok":
@@ -122,11 +134,10 @@ class Effects:
 
     def _replay(self, call: _Call, entry: LedgerEntry) -> ToolResult:
         """The recorded answer of an explicit key's success, marked as a replay."""
-        g = self._g
-        g._budgets.refund(call)
+        self._budgets.refund(call)
         if entry.told_text is None:  # too large to keep: say it happened, not what it said
-            return g._pipeline.fail(call, from_entry(
-                g.catalog.get("already_applied"),
+            return self._failures.fail(call, from_entry(
+                self._catalog.get("already_applied"),
                 f"an earlier {call.name} call with this idempotency key already succeeded",
                 outcome=Outcome.APPLIED), count=False)
         try:
@@ -143,8 +154,7 @@ class Effects:
 
         Yields :data:`VERIFY` when a postcondition must decide; ``None`` means "dispatch".
         """
-        g = self._g
-        if g.mode != "enforce":
+        if self._scope.mode != "enforce":
             self.record_dispatch(call)
             return None
         early = self._claim(call)
@@ -185,19 +195,19 @@ class Effects:
     def _replayed(self, call: _Call) -> ToolResult | None:
         """A call id that already succeeded (an agent resumed and replayed its history) gets
         the answer it was given, and is not dispatched again."""
-        g = self._g
         if not call.replayable:
             return None
         try:
-            entry = g._store.ledger_call(g.task_id, g.redactor.secrets(call.call_id))
+            entry = self._store.ledger_call(self._scope.task_id,
+                                            self._redactor.secrets(call.call_id))
         except StateUnavailableError:
             return None
         if entry is None or entry.told != "ok" or entry.idempotency_key != call.idem:
             return None  # not this call, or not a success: the ledger checks below decide
-        g._budgets.refund(call)
+        self._budgets.refund(call)
         if entry.told_text is None:  # too large to keep: say it happened, not what it said
-            return g._pipeline.fail(call, from_entry(
-                g.catalog.get("already_applied"),
+            return self._failures.fail(call, from_entry(
+                self._catalog.get("already_applied"),
                 f"this {call.name} call already ran and succeeded", outcome=Outcome.APPLIED),
                 count=False)
         try:
@@ -223,31 +233,28 @@ class Effects:
         return result if isinstance(result, ToolResult) else self._busy(call)
 
     def _busy(self, call: _Call) -> ToolResult:
-        g = self._g
-        g._budgets.refund(call)
-        return g._pipeline.fail(call, from_entry(
-            g.catalog.get("in_progress"),
+        self._budgets.refund(call)
+        return self._failures.fail(call, from_entry(
+            self._catalog.get("in_progress"),
             f"an identical {call.name} call is still running"), count=False)
 
     def _unreachable(self, call: _Call, exc: StateUnavailableError | None = None
                      ) -> ToolResult:
         """Refused, nothing run: the shared store cannot vouch for the key (unreachable, or
         restarted and reconciling); when to ask again, if known."""
-        g = self._g
-        g._budgets.refund(call)
+        self._budgets.refund(call)
         wait = exc.retry_after if exc is not None else None
         reason = ("the agent's shared safety state is reconciling after a restart"
                   if wait is not None and exc is not None and "restarted" in str(exc)
                   else "the agent's shared safety state is unreachable")
-        return g._pipeline.fail(call, from_entry(g.catalog.get("state_unavailable"),
+        return self._failures.fail(call, from_entry(self._catalog.get("state_unavailable"),
                                                  f"{reason}; {call.name} was not run",
                                                  retry_after=wait), count=False)
 
     def _unverified(self, call: _Call) -> ToolResult:
-        g = self._g
-        g._budgets.refund(call)
-        return g._pipeline.fail(call, from_entry(
-            g.catalog.get("effect_unknown"),
+        self._budgets.refund(call)
+        return self._failures.fail(call, from_entry(
+            self._catalog.get("effect_unknown"),
             f"an earlier identical {call.name} call may have taken effect and could not be "
             "verified"))
 
@@ -265,19 +272,18 @@ class Effects:
         meanwhile (a late answer landed), ``_SWAPPED_AWAY`` asks the caller to read again,
         so a stale "not landed" never overwrites what another writer recorded.
         """
-        g = self._g
         if verdict is Outcome.APPLIED:
             if call.held:
                 self._swap_ledger(replace(entry, effect=Outcome.APPLIED,
                                           confirmed_by="postcondition"), entry)
             if entry.told not in (None, "ok") and entry.told_effect is not Outcome.APPLIED:
-                g._emitter.incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
+                self._emitter.incident(IncidentKind.EFFECT_MISMATCH, call.name, entry.told or "",
                                f"model was told {entry.told} (effect "
                                f"{(entry.told_effect or Outcome.UNKNOWN).value}) but the effect "
                                "landed")
-            g._budgets.refund(call)
-            return g._pipeline.fail(call, from_entry(
-                g.catalog.get("already_applied"),
+            self._budgets.refund(call)
+            return self._failures.fail(call, from_entry(
+                self._catalog.get("already_applied"),
                 f"an earlier identical {call.name} call took effect, confirmed by a check",
                 outcome=Outcome.APPLIED), count=False)
         if verdict is Outcome.NO_EFFECT:
@@ -289,9 +295,8 @@ class Effects:
         return self._unverified(call)
 
     def _swap_ledger(self, entry: LedgerEntry, expected: LedgerEntry) -> bool:
-        g = self._g
         try:
-            return g._store.swap_ledger(entry, expected)
+            return self._store.swap_ledger(entry, expected)
         except StateUnavailableError:
             return False
 
@@ -300,7 +305,6 @@ class Effects:
 
         Sets ``call.held``; a result only when the store cannot be reached.
         """
-        g = self._g
         spec = call.spec
         assert spec is not None
         if call.idem is None:
@@ -309,34 +313,33 @@ class Effects:
         if not call.holder:
             call.holder = secrets.token_hex(8)
         try:
-            call.held = g._store.acquire(g.task_id, call.idem, ttl, call.holder,
-                                         local=g._store.local_ok(spec.name))
+            call.held = self._store.acquire(self._scope.task_id, call.idem, ttl, call.holder,
+                                         local=self._store.local_ok(spec.name))
         except StateUnavailableError as exc:
             return self._unreachable(call, exc)
         return None
 
     def record_dispatch(self, call: _Call) -> None:
         """Write the ledger entry before dispatch, so a crash mid-call leaves a trace."""
-        g = self._g
         assert call.spec is not None
         if call.idem is None:
             call.idem = self.idempotency_key(call)
         call.entry = LedgerEntry(
             # The ledger and the store are channels too: a call id carrying a secret is
             # kept redacted (and looked up the same way, see _replayed).
-            call_id=g.redactor.secrets(call.call_id), task=g.task_id, tool=call.spec.name,
+            call_id=self._redactor.secrets(call.call_id), task=self._scope.task_id,
+            tool=call.spec.name,
             fingerprint=call.fp,
-            idempotency_key=call.idem, args=g.redactor.value(call.args),
+            idempotency_key=call.idem, args=self._redactor.value(call.args),
             effect=Outcome.UNKNOWN,
         )
         self.put_ledger(call.entry)
 
     def put_ledger(self, entry: LedgerEntry) -> None:
-        g = self._g
         try:
-            g._store.put_ledger(entry)
+            self._store.put_ledger(entry)
         except StateUnavailableError:
-            g._store.fallback.put_ledger(entry)
+            self._store.fallback.put_ledger(entry)
 
     def release(self, call: _Call) -> None:
         """Settle the call's reservation and let go of its idempotency key.
@@ -344,12 +347,11 @@ class Effects:
         A timed-out or cancelled attempt keeps the key until it ends, and its answer is
         recorded as a late return first.
         """
-        g = self._g
         request = call.request
         if request is not None:
             call.request = None
             try:
-                g._store.settle(request)
+                self._store.settle(request)
             except Exception:  # noqa: BLE001 - the reservation expires with its lease
                 pass
         if call.held and call.idem is not None:
@@ -359,7 +361,7 @@ class Effects:
                 # duplicates until it stops, then record in the effect channel what its late
                 # answer says happened, before anyone else may claim the key (at once when it
                 # already ended: a cancel can meet the answer, which its caller never saw).
-                task, idem, store, entry = g.task_id, call.idem, g._store, call.entry
+                task, idem, store, entry = self._scope.task_id, call.idem, self._store, call.entry
                 holder = call.holder
 
                 def settled(done: concurrent.futures.Future[Any]) -> None:
@@ -371,7 +373,7 @@ class Effects:
                 orphan.add_done_callback(lambda done: _quietly(settled, done))
             else:
                 try:
-                    g._store.release(g.task_id, call.idem, call.holder)
+                    self._store.release(self._scope.task_id, call.idem, call.holder)
                 except Exception:
                     pass
             call.held = False
@@ -384,13 +386,12 @@ class Effects:
         began (``running`` is taken then): while it runs, "not yet" is not "no", and an
         attempt that ends during the check may have landed after the check looked.
         """
-        g = self._g
         if verdict is Outcome.NO_EFFECT and (running or (call.orphan is not None
                                                          and not call.orphan.done())):
             verdict = None
         if verdict is Outcome.APPLIED:
             applied = from_entry(
-                g.catalog.get("already_applied"),
+                self._catalog.get("already_applied"),
                 f"{call.name} did not answer in time, but a check confirmed it took effect",
                 outcome=Outcome.APPLIED, cause=failure.cause,
             )
@@ -400,10 +401,10 @@ class Effects:
             failure.outcome = Outcome.NO_EFFECT
             failure.values["confirmed"] = False
             return failure
-        g._emitter.incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
+        self._emitter.incident(IncidentKind.POSTCONDITION_FAILED, call.name, failure.code,
                        "the effect of a timed-out call could not be verified")
         return from_entry(
-            g.catalog.get("effect_unknown"),
+            self._catalog.get("effect_unknown"),
             f"{call.name} did not answer in time and a check could not tell whether it "
             "took effect",
             cause=failure.cause,

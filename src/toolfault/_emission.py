@@ -12,15 +12,16 @@ import json
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from toolfault import _trace
 from toolfault._call import _Call
+from toolfault._degrading import DegradingStore
 from toolfault._records import Incident, IncidentKind
+from toolfault._redact import Redactor
 from toolfault._result import ToolResult
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
+from toolfault._settings import Scope, Settings
+from toolfault._shaping import Shaper
 
 log = logging.getLogger("toolfault")
 _time, _monotonic = time.time, time.monotonic
@@ -29,92 +30,99 @@ _time, _monotonic = time.time, time.monotonic
 class Emitter:
     """Seals and publishes results and incidents for one guard scope."""
 
-    def __init__(self, guard: Guard) -> None:
-        self._g = guard
+    def __init__(self, settings: Settings, scope: Scope, shaper: Shaper, store: DegradingStore,
+                 redactor: Redactor, observers: list[Callable[[_trace.CallEvent], None]],
+                 sink: _trace.JsonlSink | None) -> None:
+        self._settings = settings
+        self._scope = scope
+        self._shaper = shaper
+        self._store = store
+        self._redactor = redactor
+        self._observers = observers
+        self._sink = sink
 
     def emit(self, call: _Call, result: ToolResult) -> ToolResult:
         """Seal the result and tell whoever listens; never raises."""
-        g = self._g
         try:
             if not result.ok:
-                result = g._shaper.seal(result)
+                result = self._shaper.seal(result)
             # No observer, and no tracer provider (none can exist before OpenTelemetry's API
             # is imported): nothing more to do, decided without a call.
             tracing = _trace._OTEL in sys.modules and _trace.tracing_active()
-            if tracing or g._observers:  # the span, the observers and the trace line
+            if tracing or self._observers:  # the span, the observers and the trace line
                 now, duration = _time(), _monotonic() - call.started
                 if tracing:
                     self._span(call, result, now, duration)
-                if g._observers:
+                if self._observers:
                     self._notify(call, result, now, duration)
             return result
         except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
             try:
-                return g._shaper.seal(result)
+                return self._shaper.seal(result)
             except Exception:  # noqa: BLE001
                 return result
 
     def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
         """Tell the observers (the JSONL trace is one): one event, redacted once."""
-        g = self._g
-        redactor, args, spec = g.redactor, call.args, call.spec
+        scope, redactor, args, spec = self._scope, self._redactor, call.args, call.spec
         event = _trace.CallEvent(
-            tool=result.tool, call_id=result.call_id, task=g.task_id, turn=g._turn,
+            tool=result.tool, call_id=result.call_id, task=scope.task_id, turn=scope.turn,
             fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
             outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
             attempts=result.attempts, dispatched=call.dispatched,
-            error_tokens=0 if result.ok else g.count_tokens(result.text), mode=g.mode,
+            error_tokens=0 if result.ok else self._settings.count_tokens(result.text),
+            mode=scope.mode,
             args=(lambda: redactor.value(args)) if isinstance(args, dict) else None,
             side_effect=spec is not None and spec.side_effect,
             duration_s=round(duration, 6), at=round(now, 6),
             shadow=redactor.value(dict(call.shadow)) if call.shadow else None)
-        _trace.safe_notify(g._observers, event)
+        _trace.safe_notify(self._observers, event)
 
     def _span(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
         """The call's OpenTelemetry span (content only when the user opted in)."""
-        g = self._g
+        redactor = self._redactor
         content = text = budget = None
-        if g.capture_content:
-            redactor = g.redactor
+        if self._settings.capture_content:
             args = redactor.value(call.args) if isinstance(call.args, dict) else None
             content = redactor.secrets(json.dumps(args, default=str))
             text = redactor.secrets(result.text)
-        adm, limits = call.admission, g.limits
+        adm, limits = call.admission, self._settings.limits
         if adm is not None and (limits.max_calls_per_turn is not None
                                 or limits.max_spend_per_task is not None):
             budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend}
         # Every attribute leaves redacted, as the JSONL trace's text fields do (a call id is
         # the model's or the framework's text and may carry anything).
-        secrets = g.redactor.secrets
+        secrets = redactor.secrets
         _trace.record_span(secrets(result.tool), secrets(result.call_id), result.fingerprint,
                            result.attempts,
-                           g.mode, result, now, duration, content=content, result=text,
+                           self._scope.mode, result, now, duration, content=content, result=text,
                            budget=budget)
 
     def incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
         """Record an incident (the shared store, else the local fallback) and trace it."""
-        g = self._g
-        incident = Incident(kind, tool, code, g.redactor.prose(detail), g.task_id, g._turn)
+        scope, store = self._scope, self._store
+        incident = Incident(kind, tool, code, self._redactor.prose(detail), scope.task_id,
+                            scope.turn)
         try:
-            g._store.add_incident(incident)
+            store.add_incident(incident)
         except Exception:
-            g._store.fallback.add_incident(incident)
+            store.fallback.add_incident(incident)
         self._write(incident)
 
     def degraded(self, exc: BaseException) -> None:
         """The store became unreachable: a warning, an incident kept locally, a trace line."""
-        g = self._g
-        g.last_degraded_error = type(exc).__name__
+        scope, store = self._scope, self._store
+        scope.last_degraded_error = type(exc).__name__
         log.warning("toolfault state store unavailable (%s); policy=%s",
-                    type(exc).__name__, g._store.policy)
+                    type(exc).__name__, store.policy)
         incident = Incident(IncidentKind.STATE_DEGRADED, "*", "state_unavailable",
                             f"store unreachable ({type(exc).__name__}); "
-                            f"policy {g._store.policy}", g.task_id, g._turn)
-        g._store.fallback.add_incident(incident)
+                            f"policy {store.policy}", scope.task_id, scope.turn)
+        store.fallback.add_incident(incident)
         self._write(incident)
 
     def _write(self, incident: Incident) -> None:
-        sink = self._g._sink
+        sink = self._sink
         if sink is not None:
             try:
                 sink.write({"type": "incident", **incident.to_dict()})

@@ -26,10 +26,11 @@ from toolfault._budget import Budgets
 from toolfault._call import _Call, _new_call_id
 from toolfault._catalog import Catalog
 from toolfault._degrading import DegradingStore
-from toolfault._drivers import Workers, run_async, run_sync
+from toolfault._drivers import Runtime, run_async, run_sync
 from toolfault._effects import Effects
 from toolfault._emission import Emitter
-from toolfault._errors import ConfigurationError, StateUnavailableError
+from toolfault._errors import ConfigurationError
+from toolfault._failing import Failures
 from toolfault._fingerprint import NormalizeSpec
 from toolfault._ladder import Ladder
 from toolfault._limits import Limits
@@ -39,6 +40,7 @@ from toolfault._records import Incident, IncidentKind, LedgerEntry
 from toolfault._redact import LOG_FILTER, Redactor
 from toolfault._result import ToolResult
 from toolfault._returned import default_error_result
+from toolfault._settings import Mode, Scope, Settings, Shared
 from toolfault._shaping import Shaper
 from toolfault._tokens import Tokenizer, resolve_tokenizer
 from toolfault._tool import (
@@ -48,6 +50,7 @@ from toolfault._tool import (
     ToolSpec,
     build_spec,
 )
+from toolfault._workers import Workers
 from toolfault.stores._memory import MemoryStore
 from toolfault.stores._protocol import Store
 
@@ -59,15 +62,9 @@ log.addFilter(LOG_FILTER)  # the single exit of the log channel: redacted, no tr
 DEFAULT_DEADLINE = 120.0
 
 F = TypeVar("F", bound=Callable[..., Any])
-Mode = Literal["observe", "shape", "enforce"]
 _UNSET: Any = object()
 #: How long past the deadline ``acall`` waits for the guard's own bookkeeping.
 _DEADLINE_GRACE = 1.0
-#: What a scope shares with the guard it came from (the rest is its own).
-_SHARED = ("_tools", "_store", "_progress", "_observers", "_sink", "_workers", "_sleep",
-           "_clock", "redactor")
-_SETTINGS = ("deadline", "isolate_sync_tools", "count_tokens", "_cut_to_budget", "limits",
-             "catalog", "mode", "capture_content", "error_result", "idempotency_retention")
 
 
 class Guard:
@@ -111,62 +108,127 @@ class Guard:
             raise ConfigurationError("idempotency_retention must be a positive number of seconds")
         if deadline is not None and not deadline > 0:
             raise ConfigurationError("deadline must be a positive number of seconds or None")
-        #: No call takes longer than this: retries, backoff, postconditions, async tools,
-        #: sync tools given ``timeout=`` and sync tools under :meth:`acall` are all bounded by
-        #: it; a tool still running then is abandoned (in its worker thread) and the model is
-        #: told it timed out (``Effect: unknown`` for side effects).
-        self.deadline = deadline
-        #: A sync tool without ``timeout=`` runs on the caller's thread under :meth:`call`
-        #: (its thread-locals, e.g. a ``sqlite3`` connection, keep working, and a success
-        #: costs no thread hop), so only its own return can end it.  ``True`` runs every
-        #: sync tool in a worker thread, so the deadline bounds even a body that never returns.
-        self.isolate_sync_tools = isolate_sync_tools
-        #: Counts an error's tokens against the catalog budget (loaded here, not per call).
-        self.count_tokens = resolve_tokenizer(tokenizer)
-        self._cut_to_budget = True
         if log_tracebacks:  # tracebacks are for engineers who ask; still redacted
             LOG_FILTER.tracebacks = True
-        self.limits = limits or Limits()
-        base = Catalog.default()
         if isinstance(catalog, (str, Path)):
             catalog = Catalog.load(catalog)
-        self.catalog = base.merged(catalog) if catalog is not None else base
-        self.task_id = task_id
-        self.mode: Mode = mode
-        self.redactor = Redactor(secrets, scan_env=scan_env_secrets)
-        self.capture_content = capture_content
-        self.error_result = error_result
-        #: Seconds a success under an explicit idempotency key is replayed instead of run
-        #: again (Stripe's 24 hours by default; the store's own TTL bounds it too).
-        self.idempotency_retention = float(idempotency_retention)
-        #: The type name of the last error that made the store unreachable, if any.
-        self.last_degraded_error: str | None = None
-        # Shared with every scope (see ``_SHARED``).
-        self._store = DegradingStore(store or MemoryStore(), policy=state_failure,
-                                     local_side_effects=local_side_effects,
-                                     on_degrade=lambda exc: self._emitter.degraded(exc))
-        self._tools: dict[str, ToolSpec] = {}
-        self._observers: list[Callable[[_trace.CallEvent], None]] = list(observers)
-        self._sink: _trace.JsonlSink | None = None
-        if trace is not None:
-            self._sink = _trace.JsonlSink(trace, redact=self.redactor.secrets)
-            self._observers.append(self._sink)
-        self._sleep = sleep or time.sleep
-        #: Seconds for expiring blocks (``Limits.block_seconds``); injectable for tests.
-        self._clock = clock or time.monotonic
-        self._progress = Progress()
-        self._workers = Workers()
-        self._turn = 0
+        base = Catalog.default()
+        self._settings = Settings(
+            limits=limits or Limits(),
+            catalog=base.merged(catalog) if catalog is not None else base,
+            deadline=deadline, isolate_sync_tools=isolate_sync_tools,
+            count_tokens=resolve_tokenizer(tokenizer), capture_content=capture_content,
+            error_result=error_result, idempotency_retention=float(idempotency_retention))
+        self._scope = Scope(task_id, mode)
+        redactor = Redactor(secrets, scan_env=scan_env_secrets)
+        sink = None if trace is None else _trace.JsonlSink(trace, redact=redactor.secrets)
+        self._shared = Shared(
+            tools={},
+            store=DegradingStore(store or MemoryStore(), policy=state_failure,
+                                 local_side_effects=local_side_effects,
+                                 on_degrade=lambda exc: self._emitter.degraded(exc)),
+            progress=Progress(),
+            observers=[*observers, *((sink,) if sink is not None else ())],
+            sink=sink, workers=Workers(), redactor=redactor, sleep=sleep or time.sleep,
+            clock=clock or time.monotonic)
         self._compose()
 
     def _compose(self) -> None:
-        """The parts that act for this scope (each reads the settings through the facade)."""
-        self._shaper = Shaper(self)
-        self._pipeline = Pipeline(self)
-        self._effects = Effects(self)
-        self._budgets = Budgets(self)
-        self._ladder = Ladder(self)
-        self._emitter = Emitter(self)
+        """The parts that act for this scope, each given what it uses."""
+        settings, scope, shared = self._settings, self._scope, self._shared
+        store, redactor = shared.store, shared.redactor
+        self._shaper = shaper = Shaper(settings, scope, shared.tools, redactor)
+        self._emitter = emitter = Emitter(settings, scope, shaper, store, redactor,
+                                          shared.observers, shared.sink)
+        ladder = Ladder(settings, scope, shared.progress, store, shaper, emitter, shared.clock)
+        self._failures = failures = Failures(settings, scope, shared.tools, store, shaper,
+                                             ladder, emitter)
+        budgets = Budgets(settings, scope, store, failures=failures, emitter=emitter)
+        self._effects = Effects(settings, scope, store, redactor, budgets=budgets,
+                                failures=failures, emitter=emitter)
+        self._ladder = ladder
+        self._pipeline = Pipeline(settings, scope, shared.tools, shared.progress, store,
+                                  shaper=shaper, budgets=budgets, effects=self._effects,
+                                  ladder=ladder, failures=failures)
+        self._runtime = Runtime(self._pipeline, settings, scope, shared.workers, shared.sleep)
+
+    # -- settings (fixed at construction) and the scope ------------------------------------
+    @property
+    def limits(self) -> Limits:
+        """The rungs and caps every call is counted against."""
+        return self._settings.limits
+
+    @property
+    def catalog(self) -> Catalog:
+        """The error catalog: the default merged with the one given."""
+        return self._settings.catalog
+
+    @property
+    def deadline(self) -> float | None:
+        """No call takes longer than this: retries, backoff, postconditions, async tools,
+        sync tools given ``timeout=`` and sync tools under :meth:`acall` are all bounded by
+        it; a tool still running then is abandoned (in its worker thread) and the model is
+        told it timed out (``Effect: unknown`` for side effects)."""
+        return self._settings.deadline
+
+    @property
+    def isolate_sync_tools(self) -> bool:
+        """A sync tool without ``timeout=`` runs on the caller's thread under :meth:`call`
+        (its thread-locals, e.g. a ``sqlite3`` connection, keep working, and a success
+        costs no thread hop), so only its own return can end it.  ``True`` runs every
+        sync tool in a worker thread, so the deadline bounds even a body that never returns."""
+        return self._settings.isolate_sync_tools
+
+    @property
+    def count_tokens(self) -> Callable[[str], int]:
+        """Counts an error's tokens against the catalog budget (resolved here, not per call)."""
+        return self._settings.count_tokens
+
+    @property
+    def capture_content(self) -> bool:
+        """Whether spans carry the (redacted) arguments and result."""
+        return self._settings.capture_content
+
+    @property
+    def error_result(self) -> ErrorDetector | None:
+        """The default detector of errors a tool returns instead of raising."""
+        return self._settings.error_result
+
+    @property
+    def idempotency_retention(self) -> float:
+        """Seconds a success under an explicit idempotency key is replayed instead of run
+        again (Stripe's 24 hours by default; the store's own TTL bounds it too)."""
+        return self._settings.idempotency_retention
+
+    @property
+    def redactor(self) -> Redactor:
+        """The redactor every message, trace line, span and log record passes through."""
+        return self._shared.redactor
+
+    @property
+    def mode(self) -> Mode:
+        """``enforce``, ``shape`` or ``observe``; settable, for this scope only."""
+        return self._scope.mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        if mode not in ("observe", "shape", "enforce"):
+            raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
+        self._scope.mode = mode
+
+    @property
+    def task_id(self) -> str:
+        """The task calls count under (see :meth:`new_task`)."""
+        return self._scope.task_id
+
+    @task_id.setter
+    def task_id(self, task_id: str) -> None:
+        self._scope.task_id = task_id
+
+    @property
+    def last_degraded_error(self) -> str | None:
+        """The type name of the last error that made the store unreachable, if any."""
+        return self._scope.last_degraded_error
 
     # -- registration ---------------------------------------------------------------------
     @overload
@@ -238,7 +300,7 @@ class Guard:
         ``dataclasses.replace``), replacing the tool of that name."""
         if not isinstance(spec, ToolSpec):
             raise ConfigurationError("add_spec takes a ToolSpec (see Guard.tool to build one)")
-        self._tools[spec.name] = spec
+        self._shared.tools[spec.name] = spec
 
     def register(self, obj: object, *, prefix: str = "", exclude: Iterable[str] = (),
                  **options: Any) -> list[str]:
@@ -258,22 +320,24 @@ class Guard:
     @property
     def tools(self) -> Mapping[str, ToolSpec]:
         """Registered tools by name (read-only view)."""
-        return dict(self._tools)
+        return dict(self._shared.tools)
 
     # -- turns, scopes, records ------------------------------------------------------------
     @property
     def turn(self) -> int:
-        return self._turn
+        """The model turn calls count in (see :meth:`new_turn`)."""
+        return self._scope.turn
 
     def new_turn(self) -> None:
         """Start a new model turn: per-turn counters reset; per-task budgets carry on."""
-        self._progress.forget(self.task_id, self._turn)
-        self._turn += 1
+        scope = self._scope
+        self._shared.progress.forget(scope.task_id, scope.turn)
+        scope.turn += 1
 
     def new_task(self, task_id: str) -> None:
         """Switch to another task: budgets, ledger and incidents are scoped per task."""
-        self.task_id = task_id
-        self._turn = 0
+        self._scope.task_id = task_id
+        self._scope.turn = 0
 
     def scoped(self, task_id: str) -> Guard:
         """A guard sharing this one's tools, store, catalog, secrets, observers and worker
@@ -282,18 +346,15 @@ class Guard:
         Scopes share resources with their parent: close the parent, not a scope.
         """
         scope = Guard.__new__(Guard)
-        for name in _SHARED + _SETTINGS:
-            setattr(scope, name, getattr(self, name))
-        scope.task_id = task_id
-        scope.last_degraded_error = None
-        scope._turn = 0
+        scope._settings, scope._shared = self._settings, self._shared
+        scope._scope = Scope(task_id, self._scope.mode)
         scope._compose()
         return scope
 
     @property
     def incidents(self) -> list[Incident]:
         """Incidents of the current task (cap hits, budget hits, degraded state, mismatches)."""
-        return self._store.incidents(self.task_id)
+        return self._shared.store.incidents(self.task_id)
 
     def record_incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
         """Record an incident of your own (what wraps the guard saw: a restarted server),
@@ -303,31 +364,32 @@ class Guard:
     @property
     def ledger(self) -> list[LedgerEntry]:
         """Effect-ledger entries of the current task."""
-        return self._store.ledger(self.task_id)
+        return self._shared.store.ledger(self.task_id)
 
     def ledger_for(self, task_id: str) -> list[LedgerEntry]:
         """Effect-ledger entries of any task sharing this guard's store."""
-        return self._store.ledger(task_id)
+        return self._shared.store.ledger(task_id)
 
     @property
     def degraded(self) -> bool:
         """True while the store is unreachable and the guard counts locally."""
-        return self._store.degraded
+        return self._shared.store.degraded
 
     def add_secret(self, *values: str) -> None:
         """Register secret values that must never appear in any message or trace."""
-        self.redactor.add(*values)
+        self._shared.redactor.add(*values)
 
     def add_observer(self, observer: Callable[[_trace.CallEvent], None]) -> None:
         """Subscribe to a :class:`CallEvent` after every call."""
-        self._observers.append(observer)
+        self._shared.observers.append(observer)
 
     def close(self) -> None:
         """Flush the trace and release the store and worker threads."""
-        if self._sink is not None:
-            self._sink.close()
-        self._workers.shutdown()
-        self._store.close()
+        shared = self._shared
+        if shared.sink is not None:
+            shared.sink.close()
+        shared.workers.shutdown()
+        self._shared.store.close()
 
     # -- calls -------------------------------------------------------------------------------
     def call(self, name: str, args: Any = None, *, call_id: str | None = None) -> ToolResult:
@@ -340,7 +402,7 @@ class Guard:
         try:
             try:
                 _name_call(call, name, call_id)
-                result = run_sync(self, call)
+                result = run_sync(self._runtime, call)
             except Exception as exc:  # the guard's own bug, or a BaseException of the tool
                 result = self._shaper.crash(call, exc)
             return self._emitter.emit(call, result)
@@ -379,7 +441,7 @@ class Guard:
         try:
             try:
                 _name_call(call, name, call_id)
-                result = await run_async(self, call)
+                result = await run_async(self._runtime, call)
             except Exception as exc:
                 result = self._shaper.crash(call, exc)
             return self._emitter.emit(call, result)
@@ -393,7 +455,7 @@ class Guard:
         Not counted against caps (the guard did not run the call), but traced and redacted
         like any other result.
         """
-        call = _Call(self._tools.get(name), str(name), args, call_id or _new_call_id(),
+        call = _Call(self._shared.tools.get(name), str(name), args, call_id or _new_call_id(),
                      time.monotonic())
         try:
             return self._emitter.emit(call, self._pipeline.shaped(call, error))
@@ -443,7 +505,7 @@ class Guard:
         name, shown, cid, reason = unusable_item(item, exc)
         call = _Call(None, name, shown, cid or _new_call_id(), time.monotonic())
         try:
-            return self._emitter.emit(call, self._pipeline.fail_unscoped(call, "invalid_call",
+            return self._emitter.emit(call, self._failures.fail_unscoped(call, "invalid_call",
                                                                          reason))
         except Exception as crash:  # noqa: BLE001
             return self._emitter.emit(call, self._shaper.crash(call, crash))
@@ -456,13 +518,6 @@ class Guard:
             self._effects.release(call)
         except Exception:  # noqa: BLE001 - leases and key TTLs are the backstop
             pass
-
-    def _safe_store(self, op: Callable[..., Any], *args: Any) -> Any:
-        """A store operation whose failure only costs a count, never the call."""
-        try:
-            return op(*args)
-        except StateUnavailableError:
-            return None
 
 
 def _name_call(call: _Call, name: Any, call_id: Any) -> None:

@@ -17,21 +17,23 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from toolfault._admission import Admission, CallKey
-from toolfault._call import NOT_JSON, _Call
+from toolfault._call import NOT_JSON, _Call, resolve_fp
 from toolfault._classify import Failure, from_entry
+from toolfault._degrading import DegradingStore, best_effort
+from toolfault._emission import Emitter
 from toolfault._errors import Outcome
 from toolfault._message import format_seconds
-from toolfault._progress import MAX_RESULTS, Seen, TurnState
+from toolfault._progress import MAX_RESULTS, Progress, Seen, TurnState
 from toolfault._records import IncidentKind
 from toolfault._result import ToolResult
 from toolfault._sameness import MAX_COMPARED_CHARS, digest
+from toolfault._settings import Scope, Settings
+from toolfault._shaping import Shaper
 from toolfault._tool import ToolSpec
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
 
 #: What a read-only success repeated adds to the result the model reads.
 REPEAT_NOTE = "(Note: same result as your previous identical call.)"
@@ -52,25 +54,33 @@ class Repeat(enum.Enum):
 
 
 class Ladder:
-    """The guard's per-turn escalation (reads the guard's limits, clock and progress)."""
+    """One scope's per-turn escalation: its limits and clock, the turns' progress, the
+    store's shared failure counts and pollers; words by the shaper, incidents by the emitter."""
 
-    def __init__(self, guard: Guard) -> None:
-        self._g = guard
+    def __init__(self, settings: Settings, scope: Scope, progress: Progress,
+                 store: DegradingStore, shaper: Shaper, emitter: Emitter,
+                 clock: Callable[[], float]) -> None:
+        self._limits = settings.limits
+        self._catalog = settings.catalog
+        self._scope = scope
+        self._progress = progress
+        self._store = store
+        self._shaper = shaper
+        self._emitter = emitter
+        self._clock = clock
 
     def _state(self) -> TurnState:
         """This scope's current turn (call with the progress lock held)."""
-        g = self._g
-        return g._progress.state(g.task_id, g._turn)
+        return self._progress.state(self._scope.task_id, self._scope.turn)
 
     # -- refusals: a block ignored, and the halt as the last rung ---------------------------
     def _refusal(self, call: _Call, told: str) -> str | None:
         """Count one refused call; the halt clause when this refusal ends the turn."""
-        g = self._g
-        with g._progress.lock:
+        with self._progress.lock:
             state = self._state()
             state.refusals += 1
             refusals = state.refusals
-        limit = g.limits.halt_after_refusals
+        limit = self._limits.halt_after_refusals
         if limit is None or refusals < limit:
             return None
         return f"{call.name} was called again after being told {told}"
@@ -78,11 +88,10 @@ class Ladder:
     def blocked(self, call: _Call, adm: Admission) -> ToolResult:
         """The identical call after its cap (or after ``no_progress``): the same terminal
         message again, not dispatched; the halt when the model keeps ignoring blocks."""
-        g = self._g
         key = call.key
         assert key is not None
-        now = g._clock()
-        with g._progress.lock:
+        now = self._clock()
+        with self._progress.lock:
             state = self._state()
             since = state.capped.setdefault(key, now)  # capped by another process: from now
             state.failed.setdefault(key, call.name)
@@ -91,26 +100,25 @@ class Ladder:
         clause = self._refusal(call, told)
         if clause is not None:
             return self.halt(call, clause)
-        window = g.limits.block_seconds
+        window = self._limits.block_seconds
         blocked_for = None if window is None else float(max(1, math.ceil(window - (now - since))))
         if no_progress:
             reason = f"{call.name} keeps returning the same result for these arguments"
             if blocked_for is not None:
                 reason += f", so it is refused for the next {format_seconds(blocked_for)}"
-            failure = from_entry(g.catalog.get("no_progress"), reason)
-            return g._shaper.blocked_tool(call, failure)
+            failure = from_entry(self._catalog.get("no_progress"), reason)
+            return self._shaper.blocked_tool(call, failure)
         code, _, param = (adm.last_code or "tool_error").partition(":")
-        failure = from_entry(g.catalog.get(code), "identical call blocked")
-        alternatives = g._shaper.alternatives(call, failure)
+        failure = from_entry(self._catalog.get(code), "identical call blocked")
+        alternatives = self._shaper.alternatives(call, failure)
         failure.param = param or None
-        return g._shaper.terminal(call, failure, adm.failures, alternatives,
+        return self._shaper.terminal(call, failure, adm.failures, alternatives,
                                   blocked_for=blocked_for, blocked=True)
 
     def tool_refused(self, call: _Call) -> ToolResult | None:
         """A call of a tool blocked for the turn (``None``: the tool is not blocked)."""
-        g = self._g
-        with g._progress.lock:
-            state = g._progress.get(g.task_id, g._turn)
+        with self._progress.lock:
+            state = self._progress.get(self._scope.task_id, self._scope.turn)
             block = state.blocked_tools.get(call.name) if state is not None else None
         if block is None:
             return None
@@ -124,70 +132,67 @@ class Ladder:
     def halt(self, call: _Call, clause: str, *, outcome: Outcome = Outcome.NO_EFFECT,
              blocked: bool = True) -> ToolResult:
         """End the turn: an incident, the halt message, and every later call refused."""
-        g = self._g
-        scope = (g.task_id, g._turn)
-        progress = g._progress
-        now = g._clock()
+        where = (self._scope.task_id, self._scope.turn)
+        progress = self._progress
+        now = self._clock()
         with progress.lock:
-            state = progress.state(*scope)
+            state = progress.state(*where)
             first = state.halted is None
             if first:
                 state.halted, state.halted_at = clause, now
-                progress.halted.add(scope)
+                progress.halted.add(where)
             else:
                 clause = state.halted or clause
             since = state.halted_at
-        window = g.limits.block_seconds
+        window = self._limits.block_seconds
         left = None if window is None else float(max(1, math.ceil(window - (now - since))))
         over = "this turn is over" if left is None else \
             f"calls are refused for the next {format_seconds(left)}"
         if first:
-            if g.mode == "enforce":
-                g._emitter.incident(IncidentKind.HALT, call.name, "halted", clause)
+            if self._scope.mode == "enforce":
+                self._emitter.incident(IncidentKind.HALT, call.name, "halted", clause)
             reason = f"{clause}, so {over}"
         else:
             reason = f"{over} because {clause}"
-        failure = from_entry(g.catalog.get("halted"), reason, outcome=outcome)
-        return g._shaper.halted(call, failure, retry_after=left, blocked=blocked)
+        failure = from_entry(self._catalog.get("halted"), reason, outcome=outcome)
+        return self._shaper.halted(call, failure, retry_after=left, blocked=blocked)
 
     def still_halted(self, call: _Call, spec: ToolSpec | None, args: Any) -> ToolResult | None:
         """The halt message while the turn is halted (lifted after ``block_seconds``)."""
-        g = self._g
-        scope = (g.task_id, g._turn)
-        progress = g._progress
-        if scope not in progress.halted:
+        where = (self._scope.task_id, self._scope.turn)
+        progress = self._progress
+        if where not in progress.halted:
             return None
-        window = g.limits.block_seconds
+        window = self._limits.block_seconds
         with progress.lock:
-            state = progress.get(*scope)
+            state = progress.get(*where)
             expired = state is None or (window is not None
-                                        and g._clock() - state.halted_at >= window)
+                                        and self._clock() - state.halted_at >= window)
             keys: list[CallKey] = []
             if expired:
-                progress.halted.discard(scope)
+                progress.halted.discard(where)
                 if state is not None:
                     keys = state.reset()
         if expired:
             for key in keys:
-                g._safe_store(g._store.clear_failures, key)
+                best_effort(self._store.clear_failures, key)
             return None
         call.spec = spec
         call.args = args if args is not NOT_JSON else (
             call.args if isinstance(call.args, str) else repr(call.args))
         call.shadow.pop("json_reason", None)
         if spec is not None and isinstance(call.args, dict):
-            g._pipeline.resolve_fp(call)  # the trace names the call the halt refused
+            resolve_fp(call, self._scope)  # the trace names the call the halt refused
         return self.halt(call, "")
 
     def lift_expired(self, key: CallKey) -> None:
         """Lift blocks older than ``Limits.block_seconds`` (the store forgets the count)."""
-        g = self._g
-        window = g.limits.block_seconds
+        window = self._limits.block_seconds
         if window is None:
             return
-        now = g._clock()
-        with g._progress.lock:
-            state = g._progress.get(key.task, key.turn)
+        now = self._clock()
+        with self._progress.lock:
+            state = self._progress.get(key.task, key.turn)
             if state is None:
                 return
             for tool, (since, _) in list(state.blocked_tools.items()):
@@ -200,14 +205,13 @@ class Ladder:
             del state.capped[key]
             state.failed.pop(key, None)
             state.results.pop(key.fingerprint, None)
-        g._safe_store(g._store.clear_failures, key)
+        best_effort(self._store.clear_failures, key)
 
     # -- calls in flight ---------------------------------------------------------------------
     def started(self, call: _Call) -> None:
         """Give an admitted call its place in the turn (frameworks start a message's parallel
         calls in the model's order, but they finish in any order)."""
-        g = self._g
-        with g._progress.lock:
+        with self._progress.lock:
             state = self._state()
             call.ticket = state.tickets
             state.tickets += 1
@@ -220,7 +224,7 @@ class Ladder:
         if state is None or ticket is None:
             return
         call.ticket = None
-        with self._g._progress.lock:
+        with self._progress.lock:
             running = state.running.get(call.name)
             if running is not None:
                 running.pop(ticket, None)
@@ -237,9 +241,8 @@ class Ladder:
         """Whether the identical call failed differently last time (another code, or words
         that differ beyond times and ids): an observation that changed is progress, not a
         loop, so its identical-failure count starts over."""
-        g = self._g
         said = f"{failure.code}\n{failure.reason}"
-        with g._progress.lock:
+        with self._progress.lock:
             errors = self._state().errors
             before = errors.get(call.fp)
             errors[call.fp] = said
@@ -247,16 +250,15 @@ class Ladder:
                 del errors[next(iter(errors))]
         if before is None or before == said:  # the usual repeat: equal words, no digest
             return False
-        volatile = g.limits.volatile_fields
+        volatile = self._limits.volatile_fields
         return digest(before, volatile) != digest(said, volatile)
 
     def note_failure(self, call: _Call, failure: Failure, *, terminal: bool
                      ) -> ToolResult | None:
         """Count a failure of the tool (one per call, its retries included); at the tool's
         ceiling of failures in a row, the tool is blocked for the turn."""
-        g = self._g
         key = call.key
-        with g._progress.lock:
+        with self._progress.lock:
             state = self._state()
             failures = state.tool_failures.get(call.name, 0) + 1
             state.tool_failures[call.name] = failures
@@ -267,39 +269,37 @@ class Ladder:
                 state.failed[key] = call.name
                 state.results.pop(key.fingerprint, None)
                 if terminal:
-                    state.capped.setdefault(key, g._clock())
+                    state.capped.setdefault(key, self._clock())
         self.finished(call)
-        ceiling = g.limits.max_tool_failures_per_turn
+        ceiling = self._limits.max_tool_failures_per_turn
         if ceiling is None or failures < ceiling or failure.code == "invalid_call" or hold:
             return None
         why = f"{call.name} failed {failures} times in a row in this turn (last: {failure.code})"
-        now = g._clock()
-        with g._progress.lock:
+        now = self._clock()
+        with self._progress.lock:
             self._state().blocked_tools[call.name] = (now, why)
-        if g.mode == "enforce":
-            g._emitter.incident(IncidentKind.TOOL_BLOCKED, call.name, "tool_blocked", why)
+        if self._scope.mode == "enforce":
+            self._emitter.incident(IncidentKind.TOOL_BLOCKED, call.name, "tool_blocked", why)
         return self._tool_blocked(call, f"{why}, so it is blocked for the rest of this turn",
                                   since=now, outcome=failure.outcome)
 
     def _tool_blocked(self, call: _Call, reason: str, *, since: float, outcome: Outcome
                       ) -> ToolResult:
-        g = self._g
-        window = g.limits.block_seconds
+        window = self._limits.block_seconds
         if window is not None:
-            left = max(1, math.ceil(window - (g._clock() - since)))
+            left = max(1, math.ceil(window - (self._clock() - since)))
             reason = reason.replace("for the rest of this turn",
                                     f"for the next {format_seconds(float(left))}")
-        failure = from_entry(g.catalog.get("tool_blocked"), reason, outcome=outcome)
-        return g._shaper.blocked_tool(call, failure)
+        failure = from_entry(self._catalog.get("tool_blocked"), reason, outcome=outcome)
+        return self._shaper.blocked_tool(call, failure)
 
     def note_success(self, call: _Call, text: str) -> Repeat:
         """Record a success: its tool's failures in a row end, and a read-only call's result
         is compared with the identical call's last one (see :class:`Repeat`)."""
-        g = self._g
-        limits = g.limits
+        limits = self._limits
         spec = call.spec
         assert spec is not None
-        with g._progress.lock:
+        with self._progress.lock:
             state = self._state()
             if state.tool_failures:
                 state.tool_failures.pop(call.name, None)
@@ -314,7 +314,7 @@ class Ladder:
         fingerprint = call.fp or (call.fingerprint() if call.fingerprint is not None else "")
         if not fingerprint:
             return Repeat.NEW
-        with g._progress.lock:
+        with self._progress.lock:
             seen = state.seen(fingerprint)
             if seen is None:
                 keep = text if len(text) <= MAX_COMPARED_CHARS else None
@@ -339,11 +339,10 @@ class Ladder:
     def compared(self, call: _Call, text: str) -> Repeat:
         """How a result compares with the identical call's last one, counting nothing: for
         the trace of a call enforce would have refused (observe mode ran it anyway)."""
-        g = self._g
         if call.spec is None or call.spec.side_effect or not call.fp:
             return Repeat.NEW
-        with g._progress.lock:
-            state = g._progress.get(g.task_id, g._turn)
+        with self._progress.lock:
+            state = self._progress.get(self._scope.task_id, self._scope.turn)
             seen = state.seen(call.fp) if state is not None else None
             if seen is None:
                 return Repeat.NEW
@@ -353,7 +352,7 @@ class Ladder:
         """Whether ``text`` says what the last result said (volatile fields aside)."""
         if seen.text is not None and seen.text == text:
             return True
-        volatile = self._g.limits.volatile_fields
+        volatile = self._limits.volatile_fields
         if seen.digest is None:
             if seen.text is None:
                 return False
@@ -363,24 +362,21 @@ class Ladder:
 
     def _learn_poller(self, fingerprint: str) -> None:
         """A changed result: this call is a poller, here and (through the store) everywhere."""
-        g = self._g
-        with g._progress.lock:
-            g._progress.learn_poller(g.task_id, fingerprint)
-        g._safe_store(g._store.mark_poller, fingerprint)
+        with self._progress.lock:
+            self._progress.learn_poller(self._scope.task_id, fingerprint)
+        best_effort(self._store.mark_poller, fingerprint)
 
     def _is_poller(self, fingerprint: str) -> bool:
-        g = self._g
-        if g._progress.is_poller(g.task_id, fingerprint):
+        if self._progress.is_poller(self._scope.task_id, fingerprint):
             return True
-        return bool(g._safe_store(g._store.is_poller, fingerprint))
+        return bool(best_effort(self._store.is_poller, fingerprint))
 
     def _lift_after_success(self, state: TurnState, tool: str) -> None:
         """``Limits.success_lifts_blocks``: the blocks of other tools end."""
-        g = self._g
-        with g._progress.lock:
+        with self._progress.lock:
             lifted = self._lift_others(state, tool)
         for key in lifted:
-            g._safe_store(g._store.clear_failures, key)
+            best_effort(self._store.clear_failures, key)
 
     @staticmethod
     def _lift_others(state: TurnState, tool: str) -> list[CallKey]:
@@ -399,22 +395,21 @@ class Ladder:
 
     def no_progress(self, call: _Call, text: str, data: Any) -> ToolResult:
         """The ``no_progress`` message with the result still in it; the call is blocked."""
-        g = self._g
         if not call.fp:
-            g._pipeline.resolve_fp(call)
-        key = CallKey(g.task_id, g._turn, call.fp)
+            resolve_fp(call, self._scope)
+        key = CallKey(self._scope.task_id, self._scope.turn, call.fp)
         call.key = key
-        times = g.limits.no_progress_repeats
+        times = self._limits.no_progress_repeats
         reason = (f"{call.name} returned the same result {times} times; calling it again "
                   "will not change anything")
-        if g.mode == "enforce":
-            g._emitter.incident(IncidentKind.NO_PROGRESS, call.name, "no_progress", reason)
-        failure = from_entry(g.catalog.get("no_progress"), reason)
-        g._safe_store(g._store.record_failure, key, "no_progress", 1)
-        with g._progress.lock:
+        if self._scope.mode == "enforce":
+            self._emitter.incident(IncidentKind.NO_PROGRESS, call.name, "no_progress", reason)
+        failure = from_entry(self._catalog.get("no_progress"), reason)
+        best_effort(self._store.record_failure, key, "no_progress", 1)
+        with self._progress.lock:
             state = self._state()
             state.failed[key] = call.name
-            state.capped.setdefault(key, g._clock())
+            state.capped.setdefault(key, self._clock())
         shown = text if len(text) <= _MAX_RESULT_IN_MESSAGE else \
             f"{text[:_MAX_RESULT_IN_MESSAGE]}... ({len(text)} characters in all)"
-        return g._shaper.no_progress(call, failure, shown, data)
+        return self._shaper.no_progress(call, failure, shown, data)

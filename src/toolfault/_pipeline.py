@@ -25,25 +25,38 @@ import random
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic_core import ValidationError
 from pydantic_core import from_json as _from_json
 
 from toolfault._admission import CallKey, LazyFingerprint
-from toolfault._call import DISPATCH, NOT_JSON, VERIFY, Sleep, Step, _Call, _Raised, _Value
+from toolfault._budget import Budgets
+from toolfault._call import (
+    DISPATCH,
+    NOT_JSON,
+    VERIFY,
+    Sleep,
+    Step,
+    _Call,
+    _Raised,
+    _Value,
+    resolve_fp,
+)
 from toolfault._classify import Failure, from_entry, from_exception
+from toolfault._degrading import DegradingStore, best_effort
+from toolfault._effects import Effects
 from toolfault._errors import FailureClass, Outcome, StateUnavailableError
+from toolfault._failing import Failures
 from toolfault._fingerprint import fingerprint, fingerprint_json_values
-from toolfault._ladder import REPEAT_NOTE, Repeat
+from toolfault._ladder import REPEAT_NOTE, Ladder, Repeat
 from toolfault._message import echo_args
-from toolfault._records import IncidentKind
+from toolfault._progress import Progress
 from toolfault._result import ToolResult, new_result
 from toolfault._schema import PLAIN_CHARS, PLAIN_ITEMS, ArgumentProblem, PydanticValidator
+from toolfault._settings import Scope, Settings
+from toolfault._shaping import Shaper
 from toolfault._tool import ToolSpec
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
 
 log = logging.getLogger("toolfault")
 
@@ -58,10 +71,25 @@ _MAX_TOLD_TEXT = 100_000
 
 
 class Pipeline:
-    """The pure steps of one guarded call (reads the guard's settings and parts)."""
+    """The pure steps of one guarded call: the scope's settings, the shared tools, turns and
+    store, and the parts it composes."""
 
-    def __init__(self, guard: Guard) -> None:
-        self._g = guard
+    def __init__(self, settings: Settings, scope: Scope, tools: dict[str, ToolSpec],
+                 progress: Progress, store: DegradingStore, *, shaper: Shaper,
+                 budgets: Budgets, effects: Effects, ladder: Ladder,
+                 failures: Failures) -> None:
+        self._settings = settings
+        self._limits = settings.limits
+        self._catalog = settings.catalog
+        self._scope = scope
+        self._tools = tools
+        self._progress = progress
+        self._store = store
+        self._shaper = shaper
+        self._budgets = budgets
+        self._effects = effects
+        self._ladder = ladder
+        self._failures = failures
 
     # -- the phases the drivers walk ---------------------------------------------------
     # admit -> [precheck: a side-effect tool's steps] -> dispatch (the driver) -> returned,
@@ -70,15 +98,14 @@ class Pipeline:
     def admit(self, call: _Call) -> ToolResult | None:
         """Parse, name, fingerprint, count and validate: the answer a call gets before it
         may run, or ``None`` (dispatch it with ``call.kwargs``)."""
-        g = self._g
-        spec = g._tools.get(call.name)
+        spec = self._tools.get(call.name)
         args = call.args
         if type(args) is not dict:
             args = self._validated_text(call, spec, args) \
                 if type(args) is str and spec is not None else None
             if args is None:
                 args = self.parse(call)
-        if spec is None or args is NOT_JSON or g._progress.halted:
+        if spec is None or args is NOT_JSON or self._progress.halted:
             early = self._named(call, spec, args)
             if early is not None:
                 return early
@@ -91,9 +118,9 @@ class Pipeline:
                 call.plain_json or self._validated_plain(call, spec, args) or _plain(args)):
             fp: LazyFingerprint = _Deferred(spec, args, in_order=call.sorted_args)
         else:
-            problem = self.resolve_fp(call)
+            problem = resolve_fp(call, self._scope)
             if problem is not None:
-                return self.fail_unscoped(call, "invalid_argument", problem)
+                return self._failures.fail_unscoped(call, "invalid_argument", problem)
             fp = LazyFingerprint(call.fp)
         call.fingerprint = fp
         return self._counted(call, spec, args, fp)
@@ -141,7 +168,7 @@ class Pipeline:
     def precheck(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
         """A side-effect tool's steps before it runs: claim its key, verify what an earlier
         attempt left (``None``: dispatch)."""
-        return self._g._effects.precheck(call)
+        return self._effects.precheck(call)
 
     def returned(self, call: _Call, value: Any) -> ToolResult:
         """The first attempt returned: a result, or a returned error (final: not retried)."""
@@ -160,11 +187,10 @@ class Pipeline:
     def _named(self, call: _Call, spec: ToolSpec | None, args: Any) -> ToolResult | None:
         """The uncommon starts: a halted turn, an unknown tool, arguments that are not a
         JSON object (their answer; ``None`` when the call goes on)."""
-        g = self._g
         if spec is None:
-            call.name = g._shaper.safe_name(call.name)
-        if g._progress.halted:
-            halted = g._ladder.still_halted(call, spec, args)
+            call.name = self._shaper.safe_name(call.name)
+        if self._progress.halted:
+            halted = self._ladder.still_halted(call, spec, args)
             if halted is not None and self._enforced(call, halted, "would_halt") is not None:
                 return halted
         if spec is None:  # the name is the first mistake to report, whatever the arguments
@@ -175,36 +201,38 @@ class Pipeline:
                 call.args = args
             return self._unknown_tool(call)
         if args is NOT_JSON:
-            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+            return self._failures.fail_unscoped(call, "invalid_json",
+                                                call.shadow.pop("json_reason"))
         return None
 
     def _counted(self, call: _Call, spec: ToolSpec, args: dict[str, Any],
                  fp: LazyFingerprint) -> ToolResult | None:
         """Admission by the counters, then validation."""
-        g = self._g
-        if g.limits.block_seconds is not None and g._progress.has_capped(g.task_id, g._turn):
-            self.resolve_fp(call)
+        scope = self._scope
+        if self._limits.block_seconds is not None and \
+                self._progress.has_capped(scope.task_id, scope.turn):
+            resolve_fp(call, scope)
             assert call.key is not None
-            g._ladder.lift_expired(call.key)
-        g._ladder.started(call)
-        request = g._budgets.request(spec, fp)
+            self._ladder.lift_expired(call.key)
+        self._ladder.started(call)
+        request = self._budgets.request(spec, fp)
         try:
-            adm = call.admission = g._store.admit(request)
+            adm = call.admission = self._store.admit(request)
         except StateUnavailableError:
-            return self.fail(call, from_entry(g.catalog.get("state_unavailable"),
+            return self._failures.fail(call, from_entry(self._catalog.get("state_unavailable"),
                                               "the agent's shared safety state is unreachable"),
                              count=False)
         if adm.over is not None or adm.blocked or adm.busy:
             return self._refused(call)
         call.request = request  # settled when the call ends
-        if g._progress.has_capped(g.task_id, g._turn):  # a tool blocked for the turn?
-            refused = g._ladder.tool_refused(call)
+        if self._progress.has_capped(scope.task_id, scope.turn):  # a tool blocked for the turn?
+            refused = self._ladder.tool_refused(call)
             if refused is not None and self._enforced(
                     call, refused, "would_halt" if refused.halt else "would_block_tool"):
-                g._budgets.refund(call)  # charged at admission, never dispatched
+                self._budgets.refund(call)  # charged at admission, never dispatched
                 return refused
         if not call.fp and fp._value is not None:  # the store needed it: the key is free now
-            self.resolve_fp(call)
+            resolve_fp(call, self._scope)
         if call.validated:  # strictly, before admission (see _validated_plain)
             return None
         fast = spec.fast_validate
@@ -221,22 +249,21 @@ class Pipeline:
 
     def _refused(self, call: _Call) -> ToolResult | None:
         """A call the counters did not admit: over budget, blocked or busy."""
-        g = self._g
         adm = call.admission
         assert adm is not None and call.spec is not None
-        self.resolve_fp(call)
+        resolve_fp(call, self._scope)
         if adm.over is not None:
-            over = g._budgets.exceeded(call, adm)
+            over = self._budgets.exceeded(call, adm)
             if over is not None:
                 return over
         if adm.blocked:
-            refused = g._ladder.blocked(call, adm)
+            refused = self._ladder.blocked(call, adm)
             if self._enforced(call, refused, "would_halt" if refused.halt else "would_block"):
                 return refused
         if adm.busy:
-            if g.mode == "enforce":
-                return self.fail(call, from_entry(
-                    g.catalog.get("in_progress"),
+            if self._scope.mode == "enforce":
+                return self._failures.fail(call, from_entry(
+                    self._catalog.get("in_progress"),
                     f"an identical {call.name} call is still running"), count=False)
             call.shadow["would_be_busy"] = True
         return self._validate(call, call.spec, call.args)
@@ -245,7 +272,7 @@ class Pipeline:
         """A refusal the ladder decided: the answer in enforce mode; in the other modes the
         call goes on, marked (``mark`` in the trace's shadow) and counted nowhere, as
         enforce would not have run it: so observe predicts enforce exactly."""
-        if self._g.mode == "enforce":
+        if self._scope.mode == "enforce":
             return refused
         call.shadow[mark] = True
         call.refused = True
@@ -262,44 +289,18 @@ class Pipeline:
     def _invalid(self, call: _Call, args: dict[str, Any], problems: list[ArgumentProblem]
                  ) -> ToolResult | None:
         """Arguments the schema rejects: ``invalid_argument`` (observe mode: a mark)."""
-        g = self._g
-        if g.mode == "observe":
+        if self._scope.mode == "observe":
             call.shadow["would_reject"] = problems[0].reason
             call.kwargs = dict(args)
             return None
-        g._budgets.refund(call)
+        self._budgets.refund(call)
         first = problems[0]
         reason = "; ".join(p.reason for p in problems[:2])
-        failure = from_entry(g.catalog.get("invalid_argument"), reason,
+        failure = from_entry(self._catalog.get("invalid_argument"), reason,
                              next_action=first.next_action, param=first.param)
         failure.expected = first.expected
         failure.values["first_reason"] = first.reason
-        return self.fail(call, failure)
-
-    def resolve_fp(self, call: _Call) -> str | None:
-        """Fingerprint the call (once) and set its counter key; returns why the arguments are
-        unusable, if they are.  A lazy fingerprint is resolved (and cached for the store)."""
-        if call.fp:
-            return None
-        fp = call.fingerprint
-        if fp is not None:  # only arguments _plain accepted are lazy: it cannot fail
-            call.fp = fp()
-        else:
-            assert call.spec is not None
-            try:
-                call.fp = fingerprint(call.spec.name, call.args, call.spec.normalizers)
-            except RecursionError:
-                return "the arguments are nested too deeply"
-            except (ValueError, TypeError) as exc:
-                text = str(exc)
-                if "NaN" in text or "Infinity" in text or "nan" in text.lower():
-                    return "the arguments contain NaN or Infinity, which is not a valid number"
-                if "too large" in text:
-                    return text
-                return "the arguments must be plain JSON values"
-        g = self._g
-        call.key = CallKey(g.task_id, g._turn, call.fp)
-        return None
+        return self._failures.fail(call, failure)
 
     def parse(self, call: _Call) -> Any:
         """The call's arguments as a dict, or :data:`NOT_JSON` (the reason in the shadow)."""
@@ -328,7 +329,6 @@ class Pipeline:
         """From the first attempt's ``reply``: run the tool until it succeeds or its failure
         is final; transient ones retry inside the wrapper (backoff, Retry-After), before the
         model ever sees them."""
-        g = self._g
         retries = 0
         loop_started = waited = 0.0
         while True:
@@ -339,13 +339,13 @@ class Pipeline:
                 assert isinstance(reply, _Raised)
                 failure = self._classify(call, reply.exc)
                 if failure.outcome is Outcome.UNKNOWN and call.spec and call.spec.postcondition \
-                        and g.mode == "enforce" and not self.out_of_time(call):
+                        and self._scope.mode == "enforce" and not self.out_of_time(call):
                     running = call.orphan is not None and not call.orphan.done()
                     verdict = yield VERIFY
-                    failure = g._effects.verified(failure, verdict, call, running)
+                    failure = self._effects.verified(failure, verdict, call, running)
             if not self._retryable(failure) or self.out_of_time(call):
                 return failure
-            backoff = g.limits.backoff
+            backoff = self._limits.backoff
             if retries == 0:
                 delay = _first_wait(backoff, failure)
                 loop_started = time.monotonic()
@@ -362,9 +362,8 @@ class Pipeline:
             reply = yield DISPATCH
 
     def _retryable(self, failure: Failure) -> bool:
-        g = self._g
-        backoff = g.limits.backoff
-        if g.mode != "enforce" or backoff.attempts <= 1 or not failure.transient:
+        backoff = self._limits.backoff
+        if self._scope.mode != "enforce" or backoff.attempts <= 1 or not failure.transient:
             return False
         if failure.outcome is not Outcome.NO_EFFECT:
             return False
@@ -384,16 +383,15 @@ class Pipeline:
         return self._returned_failure(reason, value) if reason else None
 
     def _returned_failure(self, reason: Any, value: Any) -> Failure:
-        g = self._g
-        entry = g.catalog.for_text(str(reason), exclude=("internal_error",))
-        entry = entry or g.catalog.get("tool_error")
+        entry = self._catalog.for_text(str(reason), exclude=("internal_error",))
+        entry = entry or self._catalog.get("tool_error")
         failure = from_entry(entry, str(reason)[:300], cause=None)
-        failure.values["returned"] = g._shaper.success_text(value)[0]
+        failure.values["returned"] = self._shaper.success_text(value)[0]
         return failure
 
     def _classify(self, call: _Call, exc: BaseException) -> Failure:
         assert call.spec is not None
-        failure = from_exception(exc, self._g.catalog, tool=call.name,
+        failure = from_exception(exc, self._catalog, tool=call.name,
                                  side_effect=call.spec.side_effect)
         # One quiet line per failure; the traceback only when asked (see RedactingFilter).
         if log.isEnabledFor(logging.INFO):  # disabled: not even the arguments are built
@@ -403,7 +401,7 @@ class Pipeline:
 
     def left(self, call: _Call) -> float | None:
         """Seconds left before the call's deadline (``None``: no deadline)."""
-        deadline = self._g.deadline
+        deadline = self._settings.deadline
         if deadline is None:
             return None
         return deadline - (time.monotonic() - call.started)
@@ -424,14 +422,13 @@ class Pipeline:
     def _finish(self, call: _Call, done: _Value | Failure) -> ToolResult:
         if isinstance(done, _Value):
             return self._succeeded(call, done.value)
-        g = self._g
         failure = done
         count = failure.outcome is not Outcome.APPLIED
-        self.resolve_fp(call)
+        resolve_fp(call, self._scope)
         assert call.key is not None
         if not count and not call.refused:
-            g._safe_store(g._store.clear_failures, call.key)
-        result = self.fail(call, failure, count=count)
+            best_effort(self._store.clear_failures, call.key)
+        result = self._failures.fail(call, failure, count=count)
         if call.entry is not None:
             effect = failure.outcome
             confirmed = "postcondition" if "confirmed" in failure.values else None
@@ -441,100 +438,45 @@ class Pipeline:
             call.entry = replace(call.entry, effect=effect, told=result.code,
                                  told_effect=result.outcome, confirmed_by=confirmed,
                                  attempts=call.attempts, told_text=_told(result.text))
-            g._effects.put_ledger(call.entry)
+            self._effects.put_ledger(call.entry)
         return result
 
     def _succeeded(self, call: _Call, value: Any) -> ToolResult:
-        g = self._g
         spec = call.spec
         assert spec is not None
         adm = call.admission
         if adm is not None and adm.failures and call.key is not None and not call.refused:
-            g._safe_store(g._store.clear_failures, call.key)
-        text, data = g._shaper.success_text(value)
+            best_effort(self._store.clear_failures, call.key)
+        text, data = self._shaper.success_text(value)
         if call.entry is not None:
             call.entry = replace(call.entry, effect=Outcome.APPLIED, told="ok",
                                  told_effect=Outcome.APPLIED, confirmed_by="return",
                                  attempts=call.attempts, told_text=_told(text))
-            g._effects.put_ledger(call.entry)
+            self._effects.put_ledger(call.entry)
         if call.refused:  # observe ran what enforce would not: compared, counted nowhere
-            repeat = g._ladder.compared(call, text)
+            repeat = self._ladder.compared(call, text)
             if repeat is not Repeat.NEW:
                 call.shadow["result"] = "changed" if repeat is Repeat.CHANGED else "same"
         else:  # no progress, blocks lifted by a success: see note_success
-            repeat = g._ladder.note_success(call, text)
+            repeat = self._ladder.note_success(call, text)
             if repeat is not Repeat.NEW:  # for the trace: what ``toolfault calibrate`` replays
                 call.shadow["result"] = "changed" if repeat is Repeat.CHANGED else "same"
             if repeat is Repeat.NO_PROGRESS:
-                refused = g._ladder.no_progress(call, text, data)
-                if g.mode == "enforce":
+                refused = self._ladder.no_progress(call, text, data)
+                if self._scope.mode == "enforce":
                     return refused
                 call.shadow["would_no_progress"] = True
-            elif repeat is Repeat.SAME and g.mode != "observe":
+            elif repeat is Repeat.SAME and self._scope.mode != "observe":
                 text = f"{text}\n{REPEAT_NOTE}"
         fp = call.fingerprint
         return new_result(spec.name, True, text, data, call.attempts, call.call_id, None,
                           call.fp or fp or "")
 
-    def fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
-        """Shape a failure; count it for the fingerprint; the terminal message at the cap."""
-        g = self._g
-        spec = call.spec
-        if failure.param is None:  # inferred once: the record, the words and the moves use it
-            failure.param = g._shaper.param_in(call, failure.reason)
-        limit = g.limits.limit_for(failure.failure_class,
-                                   failure.entry.retry_limit or (spec.retry_limit
-                                                                 if spec else None))
-        failures = 0
-        count = count and not call.refused
-        if count and spec is not None and not call.fp:
-            self.resolve_fp(call)
-        if count and call.key is not None:
-            if g._ladder.failure_changed(call, failure):
-                g._safe_store(g._store.clear_failures, call.key)
-            try:
-                failures = g._store.record_failure(call.key, g._shaper.pack(call, failure),
-                                                   limit)
-            except StateUnavailableError:
-                failures = 0
-            if failures >= limit and g.mode != "enforce":
-                call.shadow["would_be_terminal"] = True
-        if count:
-            blocked = g._ladder.note_failure(call, failure, terminal=failures >= limit)
-            if blocked is not None:
-                if g.mode == "enforce":
-                    return blocked
-                call.shadow["would_block_tool"] = True
-        alternatives = g._shaper.alternatives(call, failure)
-        if count and failures >= limit and g.mode == "enforce":
-            g._emitter.incident(IncidentKind.RETRY_CAP, call.name, failure.code,
-                                f"{failures} identical failing calls (limit {limit})")
-            return g._shaper.terminal(call, failure, failures, alternatives,
-                                      blocked_for=g.limits.block_seconds)
-        return g._shaper.four_part(call, failure, alternatives)
-
-    def fail_unscoped(self, call: _Call, code: str, reason: str) -> ToolResult:
-        """A failure before the call could be fingerprinted (bad JSON, absurd arguments)."""
-        g = self._g
-        raw = call.args if isinstance(call.args, (dict, list)) else str(call.args)
-        call.args = raw
-        if call.spec is None:
-            call.spec = g._tools.get(call.name)
-        try:
-            basis = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True, default=repr)
-        except (TypeError, ValueError, RecursionError):
-            basis = echo_args(raw)  # bounded depth: safe for cyclic or absurdly deep values
-        call.fp = hashlib.sha256(f"__invalid__\x00{call.name}\x00{basis}".encode(
-            "utf-8", "surrogatepass")).hexdigest()
-        call.key = CallKey(g.task_id, g._turn, call.fp)
-        return self.fail(call, from_entry(g.catalog.get(code), reason))
-
     def _unknown_tool(self, call: _Call) -> ToolResult:
-        g = self._g
-        names = sorted(g._tools)
+        names = sorted(self._tools)
         nearest = difflib.get_close_matches(call.name, names, n=3, cutoff=0.4) or names[:5]
         failure = from_entry(
-            g.catalog.get("unknown_tool"),
+            self._catalog.get("unknown_tool"),
             f"there is no tool named {call.name!r}",
         )
         failure.values["nearest"] = ", ".join(nearest) if nearest else "none are registered"
@@ -542,19 +484,19 @@ class Pipeline:
             call.fp = fingerprint("__unknown__", {"tool": call.name, "args": call.args})
         except (ValueError, TypeError, RecursionError):
             call.fp = fingerprint("__unknown__", {"tool": call.name})
-        call.key = CallKey(g.task_id, g._turn, call.fp)
-        return self.fail(call, failure)
+        call.key = CallKey(self._scope.task_id, self._scope.turn, call.fp)
+        return self._failures.fail(call, failure)
 
     def shaped(self, call: _Call, error: BaseException) -> ToolResult:
         """An exception raised outside the guard, shaped (not counted against caps)."""
-        g = self._g
         parsed = self.parse(call)
         if parsed is NOT_JSON:
-            return self.fail_unscoped(call, "invalid_json", call.shadow.pop("json_reason"))
+            return self._failures.fail_unscoped(call, "invalid_json",
+                                                call.shadow.pop("json_reason"))
         call.args = parsed
-        failure = from_exception(error, g.catalog, tool=call.name,
+        failure = from_exception(error, self._catalog, tool=call.name,
                                  side_effect=bool(call.spec and call.spec.side_effect))
-        return self.fail(call, failure, count=False)
+        return self._failures.fail(call, failure, count=False)
 
 
 class _Deferred(LazyFingerprint):

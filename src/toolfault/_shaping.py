@@ -14,7 +14,7 @@ import re
 import reprlib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic_core import to_json as _to_json
 
@@ -35,10 +35,8 @@ from toolfault._message import (
 )
 from toolfault._redact import REDACTED, Redactor
 from toolfault._result import FailureInfo, ToolResult, new_failure_info, new_result
-from toolfault._tool import Alternative
-
-if TYPE_CHECKING:
-    from toolfault._guard import Guard
+from toolfault._settings import Scope, Settings
+from toolfault._tool import Alternative, ToolSpec
 
 log = logging.getLogger("toolfault")
 #: What introduces the result a ``no_progress`` message still carries.
@@ -55,10 +53,14 @@ class _Echo(NamedTuple):
 
 
 class Shaper:
-    """The guard's words (reads the guard's catalog, redactor, tokenizer and mode)."""
+    """The guard's words: its catalog and token budget, the redactor, the scope's mode."""
 
-    def __init__(self, guard: Guard) -> None:
-        self._g = guard
+    def __init__(self, settings: Settings, scope: Scope, tools: dict[str, ToolSpec],
+                 redactor: Redactor) -> None:
+        self._settings = settings
+        self._scope = scope
+        self._tools = tools
+        self._redactor = redactor
 
     def args_text(self, call: _Call) -> str:
         """The rejected arguments as echoed to the model: redacted, bounded."""
@@ -67,7 +69,7 @@ class Shaper:
     def _echo(self, call: _Call) -> _Echo:
         """The echoed arguments and the values under secret-named keys (one walk for a dict,
         which is what arguments are once parsed)."""
-        args, redactor = call.args, self._g.redactor
+        args, redactor = call.args, self._redactor
         if type(args) is dict:
             whole, hidden = redacted_echo(args, redactor)
             if whole is not None:
@@ -114,7 +116,7 @@ class Shaper:
                                         self.alternatives(call, failure))
         problem["terminal"] = True
         problem["result"] = result
-        if self._g.mode != "observe":
+        if self._scope.mode != "observe":
             text = f"{text}{RESULT_LINE}{result_text}"
         return self._error_result(call, failure, text, problem, terminal=True)
 
@@ -129,18 +131,18 @@ class Shaper:
     def pack(self, call: _Call, failure: Failure) -> str:
         """The code (and the parameter it is about) kept with a failure record."""
         param = failure.param or self.param_in(call, failure.reason)
-        return f"{failure.code}:{self._g.redactor.secrets(param)[:200]}" if param \
+        return f"{failure.code}:{self._redactor.secrets(param)[:200]}" if param \
             else failure.code
 
     def safe_name(self, name: str) -> str:
         """A tool name safe to echo and trace: identifier characters, no secret in any form."""
-        secrets = self._g.redactor.secrets
+        secrets = self._redactor.secrets
         return secrets(_display_name(secrets(name[:4_000])))
 
     def _four_part(self, call: _Call, failure: Failure, echo: _Echo,
                    alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
         entry = failure.entry
-        redactor = self._g.redactor
+        redactor = self._redactor
         hidden = echo.hidden
         allow = [a for a in _strings_in(call.args) if a not in hidden]
         values: dict[str, object] = {
@@ -162,14 +164,14 @@ class Shaper:
         next_action = _with_moves(_next_action(failure, values, _without(said, hidden)),
                                   alternatives, failure.outcome)
         text, problem = _render(call.name, failure, reason, echo.text, next_action)
-        budget = self._g.catalog.token_budget
-        if self._g.count_tokens(text) > budget:
+        budget = self._settings.catalog.token_budget
+        if self._settings.count_tokens(text) > budget:
             # Over budget: keep the first problem only, then echo less of the arguments.
             first = failure.values.get("first_reason")
             if isinstance(first, str):
                 reason = _without(redactor.prose(first, allow=allow), hidden)
                 text, problem = _render(call.name, failure, reason, echo.text, next_action)
-            if self._g.count_tokens(text) > budget:
+            if self._settings.count_tokens(text) > budget:
                 short = cut_echo(echo.whole, 160) if echo.whole is not None else \
                     echo_args(redactor.value(call.args), max_chars=160)
                 text, problem = _render(call.name, failure, reason, short, next_action)
@@ -178,9 +180,9 @@ class Shaper:
     def _error_result(self, call: _Call, failure: Failure, text: str,
                       problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
                       halt: bool = False) -> ToolResult:
-        if self._g.mode == "observe":
+        if self._scope.mode == "observe":
             call.shadow["would_say"] = text
-            text = self._g.redactor.secrets(_unshaped_text(call.name, failure))
+            text = self._redactor.secrets(_unshaped_text(call.name, failure))
         code, outcome, failure_class = failure.code, failure.outcome, failure.failure_class
         info = new_failure_info(
             code, outcome, terminal, blocked, failure.retryable and not terminal, halt,
@@ -249,7 +251,7 @@ class Shaper:
         try:
             return self._crash_result(call, exc)
         except Exception:  # noqa: BLE001 - the last line of defence must not raise
-            name = _display_name(self._g.redactor.secrets(call.name))
+            name = _display_name(self._redactor.secrets(call.name))
             text = (f"{name} failed (code: internal_error).\n"
                     f"Reason: {name} hit an internal error and did not complete.\n"
                     "Rejected arguments: {}.\n"
@@ -263,7 +265,7 @@ class Shaper:
     def _crash_result(self, call: _Call, exc: BaseException) -> ToolResult:
         log.warning("toolfault internal error while guarding %s (%s)", call.name,
                     type(exc).__name__, exc_info=exc)
-        failure = from_entry(self._g.catalog.get("internal_error"),
+        failure = from_entry(self._settings.catalog.get("internal_error"),
                              f"{call.name} hit an internal error and did not complete",
                              cause=exc)
         if call.spec is not None and call.spec.side_effect and call.dispatched:
@@ -276,16 +278,17 @@ class Shaper:
         the data (every form of every secret), and the message cut to the token budget."""
         if result.ok:
             return result  # a success's text and data were redacted as one in _success_text
-        redactor = self._g.redactor
+        redactor = self._redactor
         text, data = redactor.secrets(result.text), redactor.value(result.data)
         if not isinstance(data, dict):
             data = {"detail": data}
-        g = self._g
-        if g._cut_to_budget and g.mode != "observe":  # observe passes raw text on
+        settings = self._settings
+        if self._scope.mode != "observe":  # observe passes raw text on
             # The result a no_progress message carries is what the model asked for: it is
             # shown whole, outside the message's budget.
             text, label, carried = text.partition(RESULT_LINE)
-            text, data = fit_to_budget(text, data, g.catalog.token_budget, g.count_tokens)
+            text, data = fit_to_budget(text, data, settings.catalog.token_budget,
+                                       settings.count_tokens)
             text += label + carried
         tool = redactor.secrets(result.tool)
         if text == result.text and tool == result.tool and data == result.data:
@@ -300,17 +303,17 @@ class Shaper:
             shown = self.safe_name(name if isinstance(name, str) else str(name))
         except Exception:  # noqa: BLE001 - a hostile name object
             shown = "unnamed_tool"
-        spec = self._g._tools.get(name) if isinstance(name, str) else None
+        spec = self._tools.get(name) if isinstance(name, str) else None
         side_effect = bool(spec and spec.side_effect)
         try:
-            args_text = echo_args(self._g.redactor.value(args if isinstance(args, (dict, list))
+            args_text = echo_args(self._redactor.value(args if isinstance(args, (dict, list))
                                                       else str(args)[:2_000]))
         except Exception:  # noqa: BLE001
             args_text = "{}"
         code = "timeout" if timed_out else "internal_error"
         outcome = Outcome.UNKNOWN if (side_effect or timed_out) else Outcome.NO_EFFECT
         reason = (f"{shown} did not finish within the deadline of "
-                  f"{format_seconds(self._g.deadline or 0)}" if timed_out
+                  f"{format_seconds(self._settings.deadline or 0)}" if timed_out
                   else f"{shown} hit an internal error and did not complete")
         log.warning("toolfault answered %s for %s (%s)", code, shown, type(exc).__name__)
         try:
@@ -319,9 +322,10 @@ class Shaper:
                 retryable=False, retry_after=None,
                 next_action="stop and report this failure to the user",
             )
-            text, problem = fit_to_budget(self._g.redactor.secrets(rendered.text),
-                                          self._g.redactor.value(rendered.problem),
-                                          self._g.catalog.token_budget, self._g.count_tokens)
+            text, problem = fit_to_budget(self._redactor.secrets(rendered.text),
+                                          self._redactor.value(rendered.problem),
+                                          self._settings.catalog.token_budget,
+                                          self._settings.count_tokens)
         except Exception:  # noqa: BLE001
             text, problem = f"{shown} failed (code: {code}).", {"code": code}
         info = FailureInfo(code=code, outcome=outcome, cause=exc)
@@ -340,7 +344,7 @@ class Shaper:
                 text = _to_json(value, by_alias=False, fallback=_json_default).decode()
             except (ValueError, RecursionError, UnicodeDecodeError):
                 text = _standard_json(value)
-        clean = self._g.redactor.secrets(text)
+        clean = self._redactor.secrets(text)
         if clean == text:
             return text, value
         if isinstance(value, str):

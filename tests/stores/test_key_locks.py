@@ -52,7 +52,7 @@ def test_a_late_release_does_not_free_a_key_claimed_since() -> None:
 def test_the_guard_releases_its_own_key_and_stops_keeping_it() -> None:
     shared = MemoryStore()
     guard = Guard(store=shared, task_id="t1", scan_env_secrets=False)
-    keeper = guard._store.key_locks.keeper
+    keeper = guard._shared.store.key_locks.keeper
     during: list[int] = []
 
     @guard.tool(side_effect=True)
@@ -194,7 +194,7 @@ def test_a_store_on_the_earlier_protocol_still_works_with_a_warning() -> None:
         assert guard.call("pay", {"order": "A-1"}).ok
         assert guard.call("pay", {"order": "A-2"}).ok
     assert runs == ["A-1", "A-2"]
-    assert guard._store.key_locks.keeper.held == 0
+    assert guard._shared.store.key_locks.keeper.held == 0
 
 
 def test_a_key_claimed_before_an_outage_is_not_lost_during_it() -> None:

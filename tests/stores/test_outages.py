@@ -61,7 +61,7 @@ def test_the_next_side_effect_call_probes_the_store_at_once(
     """No blind window: the first side-effect call after Redis answers again runs there."""
     runs: list[str] = []
     guard = _worker(redis_server.url, runs, prefix=f"tf{uuid.uuid4().hex[:8]}")
-    guard._store._retry_after = 60.0  # the prober alone would not look again for a minute
+    guard._shared.store._retry_after = 60.0  # the prober alone would not look again for a minute
     redis_server.proc.send_signal(signal.SIGSTOP)
     try:
         assert guard.call("book", {"ref": "Y"}).code == "state_unavailable"
@@ -160,7 +160,7 @@ def test_a_plain_client_on_a_cluster_switches_at_the_first_redirect(
         guard.task_id = f"task-{task}"
         guard.call("book", {"ref": "X"})
         guard.call("book", {"ref": "X"})
-    assert guard._store.primary.clustered  # type: ignore[attr-defined]
+    assert guard._shared.store.primary.clustered  # type: ignore[attr-defined]
     assert runs == ["X"] * 12  # once per task: a call refused at the switch runs on retry
     assert "is a Redis Cluster node; using the cluster client" in caplog.text
     guard.close()

@@ -386,7 +386,7 @@ def test_outage_ledger_is_written_back_before_the_key_is_dispatched_again(
         guard = Guard(store=RedisStore(redis_server.url, socket_timeout=0.2), task_id="t1",
                       state_failure="open", scan_env_secrets=False,
                       local_side_effects=["refund"])
-        guard._store._retry_after = 0.0  # try Redis again at the next call
+        guard._shared.store._retry_after = 0.0  # try Redis again at the next call
 
         @guard.tool(side_effect=True)
         def refund(order: str) -> str:

@@ -319,7 +319,7 @@ def test_a_degradation_is_reported_in_the_shared_store(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     guard = Guard(store=SQLiteStore(db, busy_timeout=0.2), task_id="t1",
                   limits=Limits(no_progress_repeats=None))
-    guard._store._retry_after = 0.0
+    guard._shared.store._retry_after = 0.0
     guard.tool(name="ping")(lambda: "pong")
     assert guard.call("ping", {}).ok
     blocker = sqlite3.connect(db, isolation_level=None)
