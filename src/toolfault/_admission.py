@@ -91,7 +91,7 @@ class AdmissionRequest(NamedTuple):
     """Everything one call asks of the counters, evaluated by the store in one step.
 
     Immutable, and compared by identity: the request a call was admitted with is the handle
-    that settles its reservation.  (A tuple: one is built per call on the hot path.)
+    that settles its reservation.
     """
 
     task: str
@@ -125,7 +125,7 @@ class AdmissionRequest(NamedTuple):
 
 
 class Admission(NamedTuple):
-    """What :meth:`Store.admit` found and did, atomically (a tuple: cheap on the hot path).
+    """What :meth:`Store.admit` found and did, atomically.
 
     ``blocked``: the fingerprint already failed ``failures`` times, reaching its limit; the
     call was counted against the turn but not charged.  ``over``: a ceiling would be crossed

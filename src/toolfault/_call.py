@@ -121,13 +121,6 @@ class _Call:
         self.started = started
         self.kwargs: dict[str, Any] = {}
         self.shadow: dict[str, Any] = {}
-        # Read by every call: an instance attribute reads faster than a class default.
-        self.fp = ""
-        self.held = False
-        self.plain_json = False
-        self.sorted_args = False
-        self.entry = None
-        self.attempts = 0
 
     def __repr__(self) -> str:
         return f"_Call(name={self.name!r}, call_id={self.call_id!r}, attempts={self.attempts})"

@@ -267,17 +267,15 @@ class MemoryStore:
                     del turn.pending[fp]
 
     def settle(self, request: AdmissionRequest) -> None:
-        turn = self._turns.get((request[0], request[1]))
-        if turn is None:
-            return
-        if turn.lone is request:
-            # Without the lock: a turn's unresolved call is only replaced once it is None,
-            # and only its own call's settle (or its lease, long past) makes it None.
-            turn.lone = None
-            return
-        if turn.pending and request.fingerprint.resolved:
-            fp = request.fingerprint()
-            with self._lock:
+        with self._lock:
+            turn = self._turns.get((request.task, request.turn))
+            if turn is None:
+                return
+            if turn.lone is request:
+                turn.lone = None
+                return
+            if turn.pending and request.fingerprint.resolved:
+                fp = request.fingerprint()
                 live = turn.pending.get(fp)
                 if live is not None and live.pop(request, None) is not None and not live:
                     del turn.pending[fp]

@@ -192,5 +192,3 @@ def _fingerprint_or_none(request: AdmissionRequest) -> str | None:
 # -- MemoryStore ---------------------------------------------------------------------------
 
 
-#: Builds an admitting :class:`Admission` on the hot path (a NamedTuple's own ``__new__``
-#: is a Python-level call; ``tuple.__new__`` is not).
