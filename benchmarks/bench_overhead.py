@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from toolfault.bench import _overhead
+from toolfault_cli.bench import _overhead
 
 CONTENDERS: dict[str, Callable[[], Any] | None] = {
     name: fn for name, _, fn in _overhead._contenders()

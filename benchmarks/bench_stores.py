@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from toolfault import Guard, MemoryStore
-from toolfault.bench._store_overhead import redis_server
 from toolfault.stores import SQLiteStore, Store
 from toolfault.stores._throughput import lookup
+from toolfault_cli.bench._store_overhead import redis_server
 
 
 @pytest.fixture(scope="module")

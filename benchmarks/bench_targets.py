@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolfault.bench import _overhead
+from toolfault_cli.bench import _overhead
 
 
 @pytest.fixture(scope="module")

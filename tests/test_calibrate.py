@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from toolfault import Guard, Limits, ToolError
-from toolfault._calibrate import calibrate, calls_of, looks_like, replay
-from toolfault._cli import main
-from toolfault.bench._metrics import read_trace
+from toolfault_cli._calibrate import calibrate, calls_of, looks_like, replay
+from toolfault_cli._cli import main
+from toolfault_cli.bench._metrics import read_trace
 
 
 def traffic(path: Path, *, mode: str = "observe", limits: Limits | None = None) -> None:

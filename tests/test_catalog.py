@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from toolfault import Catalog, CatalogError, FailureClass, Guard, ToolError
-from toolfault._cli import main
-from toolfault._docs import render_markdown
+from toolfault_cli._cli import main
+from toolfault_cli._docs import render_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from toolfault._cli import main
+from toolfault_cli._cli import main
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+#: The library and the command line (cli/), ahead of whatever is installed.
+SRCS = [str(ROOT / "src"), str(ROOT / "cli" / "src")]
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m toolfault ARGS`` in a subprocess, the way a user runs it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]), "COLUMNS": "80"}
+        [*SRCS, *filter(None, [os.environ.get("PYTHONPATH")])]), "COLUMNS": "80"}
     return subprocess.run([sys.executable, "-m", "toolfault", *args], capture_output=True,
                           text=True, timeout=300, cwd=cwd, env=env, check=False)
 
@@ -226,7 +228,7 @@ def test_a_verb_without_the_cli_extra_says_what_to_install() -> None:
     import sys
 
     probe = ("import sys; sys.modules['rich'] = None\n"
-             "from toolfault._cli import main\n"
+             "from toolfault_cli._cli import main\n"
              "sys.exit(main(sys.argv[1:]))\n")
     for verb in ("demo", "bench", "lint", "report"):
         done = subprocess.run([sys.executable, "-c", probe, verb, *(["x"] if verb == "report"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from toolfault import Guard
-from toolfault._lint import lint_guard
+from toolfault_cli._lint import lint_guard
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -35,7 +35,7 @@ TIME_LIMIT = 120
 LINT_EVERY_GUARD = """
 
 import toolfault as _toolfault
-from toolfault._lint import lint_guard as _lint_guard
+from toolfault_cli._lint import lint_guard as _lint_guard
 
 _findings = [f"{_name}: {_finding.where}: {_finding.problem}"
              for _name, _guard in list(globals().items())
@@ -103,7 +103,8 @@ def test_docs_python_block_runs_as_written(block: Block, tmp_path: Path) -> None
     script = tmp_path / "example.py"
     script.write_text(block.source + LINT_EVERY_GUARD, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        [str(ROOT / "src"), str(ROOT / "cli" / "src"),
+         *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
         done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,

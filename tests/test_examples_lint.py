@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolfault import Guard
-from toolfault._lint import lint_guard
+from toolfault_cli._lint import lint_guard
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py")

@@ -37,8 +37,15 @@ def test_calls_and_traces_without_a_provider_never_import_opentelemetry() -> Non
 
 def test_the_command_line_parser_loads_no_rich() -> None:
     """``toolfault --help`` parses arguments without loading rich (each verb loads its own)."""
-    loaded = _modules_after("import toolfault._cli")
-    assert "rich" not in loaded and "toolfault.bench" not in loaded
+    loaded = _modules_after("import toolfault._main, toolfault_cli")
+    assert "rich" not in loaded and "toolfault_cli.bench" not in loaded
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    """``import toolfault`` (and the stub's module) leave the command line out: the library
+    does not depend on ``toolfault_cli``; only running the ``toolfault`` command loads it."""
+    loaded = _modules_after("import toolfault, toolfault._main, toolfault._proxy_cli")
+    assert not [m for m in loaded if m.split(".")[0] == "toolfault_cli"]
 
 
 def test_import_does_not_load_tenacity() -> None:

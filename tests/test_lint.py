@@ -11,8 +11,8 @@ import pytest
 from pydantic import Field
 
 from toolfault import Catalog, Guard, ToolError
-from toolfault._cli import main
-from toolfault._lint import lint_catalog, lint_guard
+from toolfault_cli._cli import main
+from toolfault_cli._lint import lint_catalog, lint_guard
 
 
 def test_builtin_catalog_is_clean() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from toolfault import Catalog, _tokens, count_tokens
-from toolfault._docs import example_message
-from toolfault._lint import lint_catalog
 from toolfault._tokens import estimate_tokens, token_counter_name
+from toolfault_cli._docs import example_message
+from toolfault_cli._lint import lint_catalog
 
 
 def test_exact_counter_is_used_when_the_vocabulary_is_installed() -> None:

@@ -1,7 +1,7 @@
-"""``python -m toolfault`` runs the CLI."""
+"""``python -m toolfault`` runs the ``toolfault`` command (:mod:`toolfault._main`)."""
 
 import sys
 
-from toolfault._cli import main
+from toolfault._main import main
 
 sys.exit(main())

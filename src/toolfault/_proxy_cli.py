@@ -2,23 +2,77 @@
 
 Why its own module: the command line stays importable (and ``--help`` fast) without the MCP
 SDK; only this verb needs it, and its absence is answered with the install line that fixes it.
+
+Why in the library and not in ``toolfault-cli`` with the other verbs: a client config line
+``toolfault proxy -- <server>`` needs ``toolfault[proxy]`` only, not the bench.  The
+``toolfault`` stub (:mod:`toolfault._main`) runs :func:`main` here whether or not the command
+line is installed, and the command line registers the same arguments
+(:func:`add_proxy_arguments`) and runs the same :func:`proxy_command`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from collections.abc import Sequence
 from urllib.parse import urlsplit
+
+from toolfault._usage import error, input_problem, output_problem
 
 #: What fixes a missing MCP SDK.
 INSTALL_HINT = "pip install 'toolfault[proxy]'"
 
+#: The verb's parser settings, the same whether it stands alone (:func:`main`) or is a
+#: subcommand of the full command line.
+PROXY_PARSER = {
+    "help": "guard any MCP server: toolfault proxy -- CMD [ARGS...]",
+    "usage": "toolfault proxy [options] -- CMD [ARGS...]\n"
+             "       toolfault proxy [options] --upstream-url URL",
+    "description": "Run CMD as the upstream MCP server and serve it over stdio (or "
+                   "--http), every tool call guarded: four-part errors, capped identical "
+                   "failures, side effects from the tools' annotations. Change one line of "
+                   "the client's config.",
+}
+
+
+def add_proxy_arguments(proxy: argparse.ArgumentParser) -> None:
+    """The ``toolfault proxy`` options, added to ``proxy``."""
+    proxy.add_argument("--config", metavar="TOML", help="[proxy], [limits], [tools.NAME]")
+    proxy.add_argument("--trace", metavar="JSONL", help="append every call to a JSONL trace")
+    proxy.add_argument("--upstream-url", metavar="URL",
+                       help="a streamable-HTTP upstream instead of a command")
+    proxy.add_argument("--http", metavar="HOST:PORT",
+                       help="serve streamable HTTP instead of stdio (loopback unless "
+                       "--token-env is given)")
+    proxy.add_argument("--token-env", metavar="VAR",
+                       help="with --http: environment variable holding the bearer token")
+    proxy.add_argument("upstream", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                       help="the upstream server's command line")
+
+
+def main(argv: Sequence[str]) -> int:
+    """``toolfault proxy ARGV``: parse, run, and answer an interrupt the way every verb does."""
+    parser = argparse.ArgumentParser(prog="toolfault proxy", usage=PROXY_PARSER["usage"],
+                                     description=PROXY_PARSER["description"])
+    add_proxy_arguments(parser)
+    args = parser.parse_args(list(argv))
+    try:
+        return proxy_command(args)
+    except KeyboardInterrupt:
+        error("proxy", "interrupted")
+        return 130
+    except BrokenPipeError:  # the client closed stdout: say nothing more
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+
 
 def proxy_command(args: argparse.Namespace) -> int:
     """Run ``toolfault proxy`` from parsed arguments; 2 for a usage error, 1 for a failure."""
-    from toolfault._cli import error, input_problem, output_problem
-
     command = list(args.upstream or [])
     if command and command[0] == "--":
         command = command[1:]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolfault._cli import main
-from toolfault.bench import RunResult, quick_suite, run_suite
+from toolfault_cli._cli import main
+from toolfault_cli.bench import RunResult, quick_suite, run_suite
 
 
 @pytest.fixture(scope="session")

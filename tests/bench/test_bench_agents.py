@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from toolfault import fingerprint
-from toolfault.bench._agents import (
+from toolfault_cli.bench._agents import (
     ConfusedAgent,
     CosmeticAgent,
     FollowerAgent,
@@ -14,8 +14,8 @@ from toolfault.bench._agents import (
     looks_successful,
     reword,
 )
-from toolfault.bench._runner import tool_schemas
-from toolfault.bench._tasks import WorldRef, flight_tools, scenario
+from toolfault_cli.bench._runner import tool_schemas
+from toolfault_cli.bench._tasks import WorldRef, flight_tools, scenario
 
 BAD_INPUT = scenario("flights.bad_input")
 SCHEMAS = tool_schemas(BAD_INPUT)

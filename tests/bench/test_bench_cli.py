@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolfault._cli import main
-from toolfault.bench import Suite, metrics_from_trace, run_suite
+from toolfault_cli._cli import main
+from toolfault_cli.bench import Suite, metrics_from_trace, run_suite
 
 
 def test_the_same_seed_gives_identical_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from toolfault._cli import main
 from toolfault._tokens import token_counter_name
-from toolfault.bench._docs_block import BEGIN, END
+from toolfault_cli._cli import main
+from toolfault_cli.bench._docs_block import BEGIN, END
 
 BENCH_MD = Path(__file__).resolve().parents[2] / "docs" / "bench.md"
 needs_exact = pytest.mark.skipif(
@@ -31,7 +31,7 @@ def test_drift_fails_with_a_diff_and_update_rewrites_only_the_block(
     """A hand-edited figure: --check-docs exits 1 naming the command; --update-docs puts the
     run's block back and leaves the prose around it alone."""
     block = "\n".join([BEGIN, "| toolfault | 99% |", END])
-    monkeypatch.setattr("toolfault.bench._docs_block.render_block", lambda: block.replace(
+    monkeypatch.setattr("toolfault_cli.bench._docs_block.render_block", lambda: block.replace(
         "99%", "57%"))
     page = tmp_path / "bench.md"
     page.write_text(f"# Bench\n\nprose before\n\n{block}\n\nprose after\n", encoding="utf-8")

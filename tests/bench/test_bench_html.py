@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolfault.bench import RunResult, metrics_from_trace
-from toolfault.bench._html import render_html, write_html
+from toolfault_cli.bench import RunResult, metrics_from_trace
+from toolfault_cli.bench._html import render_html, write_html
 
 CHARTS = ("endings", "success_rate", "duplicate_side_effects", "longest_identical_run",
           "error_tokens_per_task", "executions_per_task", "calls_per_task",
@@ -109,8 +109,8 @@ def test_every_kpi_card_compares_with_every_baseline(page: Path, quick_run: RunR
 def test_the_bench_page_and_table_name_the_token_counter(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`bench --report` names the counter on the page and under the terminal tables."""
-    from toolfault._cli import main
     from toolfault._tokens import token_counter_name
+    from toolfault_cli._cli import main
 
     target = tmp_path / "b.html"
     assert main(["bench", "--quick", "--report", str(target)]) == 0

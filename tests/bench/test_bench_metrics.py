@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from toolfault import CallEvent, Outcome
-from toolfault.bench import RunResult, metrics_from_trace
-from toolfault.bench._metrics import inferred_duplicates, longest_identical_run
+from toolfault_cli.bench import RunResult, metrics_from_trace
+from toolfault_cli.bench._metrics import inferred_duplicates, longest_identical_run
 
 GATEWAY = "payments.gateway_timeout"  # see test_gateway_timeout_is_not_duplicated
 BENCH_KEYS = {"policy", "agent", "scenario", "episode", "seed"}
@@ -144,7 +144,7 @@ def test_report_of_the_bench_trace_gives_the_bench_numbers(
     quick_trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`toolfault report run.jsonl` recomputes exactly what `toolfault bench --json` printed."""
-    from toolfault._cli import main
+    from toolfault_cli._cli import main
 
     assert main(["bench", "--quick", "--json"]) == 0
     bench = json.loads(capsys.readouterr().out)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from toolfault._cli import main
-from toolfault.bench import OpenAICompatibleModel, Suite, metrics_from_trace, run_suite
-from toolfault.bench._model import ModelError, parse_completion
+from toolfault_cli._cli import main
+from toolfault_cli.bench import OpenAICompatibleModel, Suite, metrics_from_trace, run_suite
+from toolfault_cli.bench._model import ModelError, parse_completion
 
 
 def _reply(tool_calls: list[dict[str, Any]] | None = None, content: str | None = None
@@ -224,7 +224,7 @@ def test_no_request_carries_null_content(stub: StubServer, client: str) -> None:
 
 def test_null_descriptions_and_contents_are_sent_as_strings(stub: StubServer) -> None:
     """A schema without a description and a null message content reach the server as ""."""
-    from toolfault.bench._tasks import SCENARIOS
+    from toolfault_cli.bench._tasks import SCENARIOS
 
     model = OpenAICompatibleModel(stub.url, "stub", client="urllib")
     model.reset(SCENARIOS[0].brief, [{"type": "function", "function": {
@@ -250,7 +250,7 @@ def test_a_bad_endpoint_fails_before_any_episode(mode: str, path: str, expected:
     if client == "openai":
         pytest.importorskip("openai")
     else:
-        monkeypatch.setattr("toolfault.bench._model._pick_client", lambda _: "urllib")
+        monkeypatch.setattr("toolfault_cli.bench._model._pick_client", lambda _: "urllib")
     monkeypatch.setenv("STUB_KEY", "sk-secret-123")
     with StubServer(mode) as server:
         url = "http://u:pw-secret-9@127.0.0.1:1/v1" if expected == "cannot reach" else \

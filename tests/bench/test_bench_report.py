@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from toolfault import Guard, Limits
-from toolfault._cli import main
-from toolfault.bench import metrics_from_trace, read_trace
+from toolfault_cli._cli import main
+from toolfault_cli.bench import metrics_from_trace, read_trace
 
 
 def _write_trace(path: Path) -> None:
@@ -177,7 +177,7 @@ def test_the_estimate_is_named_when_no_vocabulary_is_installed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without an exact counter the figures are labelled estimates, with how to get exact."""
     from toolfault import _tokens
-    from toolfault.bench import token_counter_note
+    from toolfault_cli.bench import token_counter_note
 
     monkeypatch.setattr(_tokens, "_tiktoken_counter", lambda: None)
     assert token_counter_note() == (

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from toolfault import Guard, Limits, ToolError
-from toolfault._cli import main
-from toolfault.bench._metrics import metrics_from_trace, read_trace
+from toolfault_cli._cli import main
+from toolfault_cli.bench._metrics import metrics_from_trace, read_trace
 
 
 def _run(mode: Any, path: Path) -> None:
@@ -59,7 +59,7 @@ def test_the_page_labels_and_colours_each_mode_and_shows_the_stage_table(
     enforce would change" table is on the page too."""
     import re
 
-    from toolfault.bench._html import colours
+    from toolfault_cli.bench._html import colours
 
     trace, page = tmp_path / "rollout.jsonl", tmp_path / "rollout.html"
     for mode in ("observe", "shape", "enforce"):

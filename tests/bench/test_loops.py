@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from toolfault import Limits
-from toolfault._cli import main
-from toolfault.bench._loop_families import FAMILIES, Family
-from toolfault.bench._loops import LoopsResult, run_conversations, run_loops
+from toolfault_cli._cli import main
+from toolfault_cli.bench._loop_families import FAMILIES, Family
+from toolfault_cli.bench._loops import LoopsResult, run_conversations, run_loops
 
 #: Seeds per family and path here (the command runs 200).
 SEEDS = 12

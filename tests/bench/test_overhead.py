@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from toolfault._cli import main
-from toolfault.bench import _overhead
+from toolfault_cli._cli import main
+from toolfault_cli.bench import _overhead
 
 
 def test_contenders_run_the_realistic_tool() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from toolfault import MemoryStore
-from toolfault.bench import _store_overhead as figures
 from toolfault.stores import SQLiteStore
+from toolfault_cli.bench import _store_overhead as figures
 
 FIELDS = {"label", "value", "limit", "unit", "met"}
 

@@ -355,9 +355,10 @@ def test_the_upstream_inherits_the_hosts_environment(tmp_path: Path) -> None:
 
 
 def test_a_missing_mcp_extra_names_the_install_that_fixes_it() -> None:
-    """Without the MCP SDK the verb says which pip install fixes it (exit 2, no traceback)."""
-    code = ("import sys; sys.modules['mcp'] = None\n"
-            "from toolfault._cli import main\n"
+    """Without the MCP SDK the verb says which pip install fixes it (exit 2, no traceback);
+    the library's own ``toolfault`` stub runs the verb, the command line not installed."""
+    code = ("import sys; sys.modules['mcp'] = None; sys.modules['toolfault_cli'] = None\n"
+            "from toolfault._main import main\n"
             "sys.exit(main(['proxy', '--', 'some-server']))\n")
     done = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True,
                           timeout=60, check=False)

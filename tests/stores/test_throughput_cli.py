@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from toolfault._cli import main
+from toolfault_cli._cli import main
 
 
 def test_stores_json_has_a_row_per_store_with_ratios(capsys: Any, redis_url: str) -> None:

@@ -402,7 +402,7 @@ def measure(*, repeat: int = 7, budget: float = 0.03, process: bool = True) -> O
 
 def _store_figures() -> dict[str, Any]:
     """Round trips, write transactions, lookups and memory of the stores (counted)."""
-    from toolfault.bench._store_overhead import store_figures
+    from toolfault_cli.bench._store_overhead import store_figures
 
     try:
         return store_figures()
@@ -448,7 +448,7 @@ def _targets(ratios: dict[str, float], proc: dict[str, Any]) -> list[Target]:
 _PROBE = r"""
 import json, sys, time, timeit, tracemalloc
 mode = sys.argv[1]
-from toolfault.bench import _overhead as o
+from toolfault_cli.bench import _overhead as o
 if mode in ("first_failure", "first_failure_memory"):
     guard = o._guard()
     before = set(sys.modules)

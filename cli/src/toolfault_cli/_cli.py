@@ -1,5 +1,11 @@
 """``toolfault docs | lint | bench | report | calibrate | demo | proxy``: the command line.
 
+This package (``toolfault-cli``, installed by ``pip install 'toolfault[cli]'``) holds every
+verb but ``proxy``, which lives in the library (:mod:`toolfault._proxy_cli`) so that
+``toolfault[proxy]`` runs it without the bench; its arguments and its code are the library's,
+registered here too.  The ``toolfault`` command itself is the library's stub,
+:func:`toolfault._main.main`, which hands everything but ``proxy`` to :func:`main`.
+
 Each verb lives in its own module; this one only parses arguments, so ``toolfault --help``
 stays fast and a missing optional extra only breaks the verb that needs it.  Bad input is
 caught here, before any work starts, and answered the way pytest and ruff answer it: one line
@@ -15,12 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-
-def error(verb: str, message: str) -> None:
-    """Print one ``toolfault VERB: error: MESSAGE`` line on stderr (no markup, no wrapping)."""
-    text = " ".join(str(message).split())
-    print(f"toolfault {verb}: error: {text}" if verb else f"toolfault: error: {text}",
-          file=sys.stderr)
+from toolfault._proxy_cli import PROXY_PARSER, add_proxy_arguments
+from toolfault._usage import error, input_problem, output_problem
 
 
 def shown_url(url: str) -> str:
@@ -33,37 +35,6 @@ def shown_url(url: str) -> str:
     except ValueError:
         return "<the URL given>"
     return url
-
-
-def output_problem(path: str) -> str | None:
-    """Why ``path`` cannot be written (checked before any work), or ``None``."""
-    target = Path(path)
-    if not path.strip():
-        return "the file name is empty"
-    if target.is_dir():
-        return f"{path} is a directory, not a file"
-    parent = target.parent
-    if not parent.exists():
-        return f"cannot write {path}: directory {parent} does not exist"
-    if not parent.is_dir():
-        return f"cannot write {path}: {parent} is not a directory"
-    if target.exists() and not os.access(target, os.W_OK):
-        return f"cannot write {path}: permission denied"
-    if not target.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        return f"cannot write {path}: permission denied in {parent}"
-    return None
-
-
-def input_problem(path: str, what: str = "file") -> str | None:
-    """Why ``path`` cannot be read as a file, or ``None``."""
-    target = Path(path)
-    if not target.exists():
-        return f"no such file: {path}"
-    if target.is_dir():
-        return f"{path} is a directory, not a {what}"
-    if not os.access(target, os.R_OK):
-        return f"cannot read {path}: permission denied"
-    return None
 
 
 def _positive_int(text: str) -> int:
@@ -158,24 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="show what a model sees with and without toolfault")
     demo.add_argument("--plain", action="store_true", help="no colours or panels")
 
-    proxy = sub.add_parser(
-        "proxy", help="guard any MCP server: toolfault proxy -- CMD [ARGS...]",
-        usage="toolfault proxy [options] -- CMD [ARGS...]\n"
-        "       toolfault proxy [options] --upstream-url URL",
-        description="Run CMD as the upstream MCP server and serve it over stdio (or "
-        "--http), every tool call guarded: four-part errors, capped identical failures, "
-        "side effects from the tools' annotations. Change one line of the client's config.")
-    proxy.add_argument("--config", metavar="TOML", help="[proxy], [limits], [tools.NAME]")
-    proxy.add_argument("--trace", metavar="JSONL", help="append every call to a JSONL trace")
-    proxy.add_argument("--upstream-url", metavar="URL",
-                       help="a streamable-HTTP upstream instead of a command")
-    proxy.add_argument("--http", metavar="HOST:PORT",
-                       help="serve streamable HTTP instead of stdio (loopback unless "
-                       "--token-env is given)")
-    proxy.add_argument("--token-env", metavar="VAR",
-                       help="with --http: environment variable holding the bearer token")
-    proxy.add_argument("upstream", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
-                       help="the upstream server's command line")
+    add_proxy_arguments(sub.add_parser("proxy", help=PROXY_PARSER["help"],
+                                       usage=PROXY_PARSER["usage"],
+                                       description=PROXY_PARSER["description"]))
     return parser
 
 
@@ -238,15 +194,15 @@ def _bench_problem(args: argparse.Namespace) -> str | None:
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "docs":
-        from toolfault._docs import docs_command
+        from toolfault_cli._docs import docs_command
 
         return docs_command(args.catalog, args.output, check=args.check)
     if args.command == "lint":
-        from toolfault._lint import lint_command
+        from toolfault_cli._lint import lint_command
 
         return lint_command(args.targets)
     if args.command == "demo":
-        from toolfault._demo import demo_command
+        from toolfault_cli._demo import demo_command
 
         return demo_command(plain=args.plain)
     if args.command == "proxy":
@@ -258,18 +214,18 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             error("bench", problem)
             return 2
         if args.update_docs or args.check_docs:
-            from toolfault.bench._docs_block import docs_block_command
+            from toolfault_cli.bench._docs_block import docs_block_command
 
             return docs_block_command(args.update_docs or args.check_docs,
                                       check=bool(args.check_docs))
-        from toolfault.bench import bench_command
+        from toolfault_cli.bench import bench_command
 
         return int(bench_command(args))
     if args.command == "calibrate":
         if problem := input_problem(args.trace, "JSONL trace"):
             error("calibrate", problem)
             return 2
-        from toolfault._calibrate import calibrate_command
+        from toolfault_cli._calibrate import calibrate_command
 
         return calibrate_command(args.trace, args.current, args.candidate,
                                  as_json=args.json, plain=args.plain)
@@ -281,7 +237,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if problem:
             error("report", problem)
             return 2
-        from toolfault.bench import report_command
+        from toolfault_cli.bench import report_command
 
         return int(report_command(args))
     parser.error(f"unknown command {args.command!r}")

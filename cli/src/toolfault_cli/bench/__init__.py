@@ -23,18 +23,18 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from toolfault.bench._agents import AGENTS
-from toolfault.bench._metrics import (
+from toolfault_cli.bench._agents import AGENTS
+from toolfault_cli.bench._metrics import (
     Metrics,
     Summary,
     is_call_record,
     metrics_from_trace,
     read_trace,
 )
-from toolfault.bench._model import AgentModel, AgentTurn, OpenAICompatibleModel
-from toolfault.bench._policies import BENCH_LIMITS, POLICIES, POLICY_NAMES
-from toolfault.bench._runner import STEP_CAP, RunResult, Suite, quick_suite, run_suite
-from toolfault.bench._tasks import SCENARIO_NAMES, SCENARIOS, TaskBrief, ToolCall
+from toolfault_cli.bench._model import AgentModel, AgentTurn, OpenAICompatibleModel
+from toolfault_cli.bench._policies import BENCH_LIMITS, POLICIES, POLICY_NAMES
+from toolfault_cli.bench._runner import STEP_CAP, RunResult, Suite, quick_suite, run_suite
+from toolfault_cli.bench._tasks import SCENARIO_NAMES, SCENARIOS, TaskBrief, ToolCall
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -141,7 +141,7 @@ def _stores_command(redis_url: str | None, *, as_json: bool) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from toolfault._cli import error
+    from toolfault._usage import error
     from toolfault.stores._throughput import store_throughput
 
     if redis_url is not None and (problem := _redis_problem(redis_url)):
@@ -173,7 +173,7 @@ def _redis_problem(url: str) -> str | None:
         client.ping()
         client.close()
     except (redis.RedisError, ValueError, OSError) as exc:
-        from toolfault._cli import shown_url
+        from toolfault_cli._cli import shown_url
 
         detail = " ".join(str(exc).split())
         parts = urlsplit(url)
@@ -188,17 +188,17 @@ def bench_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     if getattr(args, "overhead", False):
-        from toolfault.bench._overhead import overhead_command
+        from toolfault_cli.bench._overhead import overhead_command
 
         return overhead_command(as_json=bool(getattr(args, "json", False)))
     if getattr(args, "loops", False):
-        from toolfault.bench._loops import loops_command
+        from toolfault_cli.bench._loops import loops_command
 
         return loops_command(args)
     if getattr(args, "stores", False):
         return _stores_command(getattr(args, "redis_url", None),
                                as_json=bool(getattr(args, "json", False)))
-    from toolfault._cli import error
+    from toolfault._usage import error
 
     suite = _suite_from(args)
     models = _model_factory(args)
@@ -219,7 +219,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(bench_json(result, summary), indent=2) + "\n")
     else:
-        from toolfault.bench._table import print_summary
+        from toolfault_cli.bench._table import print_summary
 
         out = Console(emoji=False) if sys.stdout.isatty() else Console(width=120, emoji=False)
         print_summary(summary, out, title=f"toolfault bench · seed {suite.seed} · "
@@ -240,7 +240,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if getattr(args, "trace", None):
         err.print(f"wrote {args.trace}", markup=False)
     if models is not None and summary.model_errors:
-        from toolfault._cli import shown_url
+        from toolfault_cli._cli import shown_url
 
         failed = sum(e.episodes for e in summary.model_errors)
         if failed == summary.episodes:
@@ -257,8 +257,8 @@ def bench_command(args: argparse.Namespace) -> int:
 
 def _write_page(path: str, summary: Summary, **kw: Any) -> Path | None:
     """The HTML page, or one error line if the file cannot be written after all."""
-    from toolfault._cli import error
-    from toolfault.bench._html import write_html
+    from toolfault._usage import error
+    from toolfault_cli.bench._html import write_html
 
     try:
         return write_html(path, summary, **kw)
@@ -270,7 +270,7 @@ def _write_page(path: str, summary: Summary, **kw: Any) -> Path | None:
 
 def _endpoint_problem(args: argparse.Namespace) -> str | None:
     """One chat completion before the run: why the endpoint cannot drive the bench, or None."""
-    from toolfault.bench._model import ModelError
+    from toolfault_cli.bench._model import ModelError
 
     env = getattr(args, "api_key_env", None) or "OPENAI_API_KEY"
     model = OpenAICompatibleModel(args.model_url, getattr(args, "model", None) or "default",
@@ -307,7 +307,7 @@ def report_command(args: argparse.Namespace) -> int:
     """``toolfault report run.jsonl``: the bench's table and page, from any trace."""
     from rich.console import Console
 
-    from toolfault._cli import error
+    from toolfault._usage import error
 
     err = Console(stderr=True, highlight=False, emoji=False)
     path = Path(args.trace)
@@ -348,7 +348,7 @@ def report_command(args: argparse.Namespace) -> int:
                    "token_counter": token_counter_name(), **summary.to_dict()}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
-        from toolfault.bench._table import print_summary
+        from toolfault_cli.bench._table import print_summary
 
         print_summary(summary, None, title=f"toolfault report · {path.name} · "
                       f"{sum(m.tasks for m in summary.policies.values())} tasks",

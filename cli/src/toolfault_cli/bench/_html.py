@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from toolfault.bench._metrics import Metrics, Summary
-from toolfault.bench._policies import POLICIES, policy_labels
-from toolfault.bench._runner import CRASH_PREFIX, SILENT_PREFIX
-from toolfault.bench._table import (
+from toolfault_cli.bench._metrics import Metrics, Summary
+from toolfault_cli.bench._policies import POLICIES, policy_labels
+from toolfault_cli.bench._runner import CRASH_PREFIX, SILENT_PREFIX
+from toolfault_cli.bench._table import (
     INFERRED_NOTE,
     STAGE_COLUMNS,
     cells,

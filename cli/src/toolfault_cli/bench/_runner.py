@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolfault._guard import Guard
-from toolfault.bench._agents import AGENTS, looks_successful
-from toolfault.bench._model import SYSTEM_PROMPT, AgentModel, ModelError, assistant_message
-from toolfault.bench._policies import POLICIES, POLICY_NAMES, PolicyRun
-from toolfault.bench._tasks import SCENARIO_NAMES, Scenario, ToolDef, WorldRef, scenario
+from toolfault_cli.bench._agents import AGENTS, looks_successful
+from toolfault_cli.bench._model import SYSTEM_PROMPT, AgentModel, ModelError, assistant_message
+from toolfault_cli.bench._policies import POLICIES, POLICY_NAMES, PolicyRun
+from toolfault_cli.bench._tasks import SCENARIO_NAMES, Scenario, ToolDef, WorldRef, scenario
 
 #: Every episode ends after this many tool calls, so a baseline that loops still ends.
 STEP_CAP = 30

@@ -34,7 +34,7 @@ from toolfault._guard import Guard
 from toolfault._limits import Backoff, Limits
 from toolfault._tokens import Tokenizer, count_tokens, token_counter_name
 from toolfault._trace import CallEvent
-from toolfault.bench._tasks import ToolCall, ToolDef
+from toolfault_cli.bench._tasks import ToolCall, ToolDef
 
 #: The limits a team would start with: the per-class retry caps (2 or 3), a per-turn call
 #: ceiling below the harness's step cap, and quick in-wrapper backoff (slept virtually).

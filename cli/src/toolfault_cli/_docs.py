@@ -113,7 +113,7 @@ def _exception_tree() -> str:
 
 def docs_command(catalog_path: str | None, output: str, *, check: bool) -> int:
     """Write or check the reference; exit 1 on drift or a missing file, 2 on bad input."""
-    from toolfault._cli import error, input_problem, output_problem
+    from toolfault._usage import error, input_problem, output_problem
 
     target = Path(output)
     if target.is_dir():  # answered before the (slow) rendering

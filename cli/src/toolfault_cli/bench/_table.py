@@ -9,8 +9,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from toolfault.bench._metrics import Metrics, Summary
-from toolfault.bench._policies import MODE_POLICIES, policy_labels
+from toolfault_cli.bench._metrics import Metrics, Summary
+from toolfault_cli.bench._policies import MODE_POLICIES, policy_labels
 
 #: Outcome columns: (header, definition).
 OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (

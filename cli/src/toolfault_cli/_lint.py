@@ -42,7 +42,7 @@ def lint_catalog(catalog: Catalog, *, codes: Iterable[str] | None = None) -> lis
 
     ``codes`` limits the check to a user's own rows while rendering with the merged catalog.
     """
-    from toolfault._docs import example_message
+    from toolfault_cli._docs import example_message
 
     wanted = set(codes) if codes is not None else None
     findings: list[Finding] = []
@@ -223,7 +223,7 @@ def load_guard(reference: str) -> Any:
 
 def _load_problem(target: str) -> str | None:
     """Why ``target`` cannot be linted, before importing anything (one line), or ``None``."""
-    from toolfault._cli import input_problem
+    from toolfault._usage import input_problem
 
     path = Path(target)
     if target.endswith(".py"):
@@ -245,7 +245,7 @@ def lint_command(targets: list[str]) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from toolfault._cli import error
+    from toolfault._usage import error
 
     console = Console(highlight=False, emoji=False)
     findings: list[Finding] = []

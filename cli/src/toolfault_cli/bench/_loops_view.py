@@ -7,9 +7,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from toolfault.bench._html import _CSS, _GRID, _INK, _MUTED, _e, _nice_max, _tick, _ticks
-from toolfault.bench._loop_families import LOOP_CAP
-from toolfault.bench._loops import LoopsResult, Stat
+from toolfault_cli.bench._html import _CSS, _GRID, _INK, _MUTED, _e, _nice_max, _tick, _ticks
+from toolfault_cli.bench._loop_families import LOOP_CAP
+from toolfault_cli.bench._loops import LoopsResult, Stat
 
 _OK = "#0f9d8a"
 _BAD = "#e0594b"

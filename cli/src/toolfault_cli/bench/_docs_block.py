@@ -16,10 +16,10 @@ import io
 import sys
 from pathlib import Path
 
-from toolfault.bench._loops import LoopsResult, Stat, run_loops
-from toolfault.bench._metrics import Summary, metrics_from_trace
-from toolfault.bench._policies import policy_labels
-from toolfault.bench._runner import STEP_CAP, Suite, run_suite
+from toolfault_cli.bench._loops import LoopsResult, Stat, run_loops
+from toolfault_cli.bench._metrics import Summary, metrics_from_trace
+from toolfault_cli.bench._policies import policy_labels
+from toolfault_cli.bench._runner import STEP_CAP, Suite, run_suite
 
 #: The settings behind the block: the default suite, and a loop suite that runs in seconds.
 SEED = 7
@@ -37,7 +37,7 @@ def _suite() -> Suite:
 def _tables(summary: Summary, suite: Suite) -> str:
     from rich.console import Console
 
-    from toolfault.bench._table import render
+    from toolfault_cli.bench._table import render
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=110, color_system=None, emoji=False,
@@ -144,8 +144,8 @@ def _splice(text: str, block: str) -> str | None:
 
 def docs_block_command(path: str, *, check: bool) -> int:
     """Write (or with ``check`` compare) the block in ``path``; exit 1 on drift, 2 on bad input."""
-    from toolfault._cli import error, input_problem
     from toolfault._tokens import token_counter_name
+    from toolfault._usage import error, input_problem
 
     verb_flag = "--check-docs" if check else "--update-docs"
     if problem := input_problem(path, "Markdown file"):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from toolfault.bench._tasks import TaskBrief, ToolCall
+from toolfault_cli.bench._tasks import TaskBrief, ToolCall
 
 SYSTEM_PROMPT = (
     "You are an agent that completes the user's request by calling the tools provided. "

@@ -300,19 +300,19 @@ def _shown(limits: Limits) -> dict[str, Any]:
 def calibrate_command(trace: str, current: Sequence[str], candidate: Sequence[str], *,
                       as_json: bool = False, plain: bool = False) -> int:
     """Print what each Limits would refuse in ``trace`` and the suggested rungs."""
-    from toolfault.bench._metrics import read_trace
+    from toolfault_cli.bench._metrics import read_trace
 
     try:
         records = read_trace(trace)
         base = parse_settings(current)
         other = parse_settings(candidate, base)
     except (ValueError, ConfigurationError) as exc:
-        from toolfault._cli import error
+        from toolfault._usage import error
 
         error("calibrate", str(exc))
         return 2
     if not any(r.get("type") == "call" for r in records):
-        from toolfault._cli import error
+        from toolfault._usage import error
 
         error("calibrate", f"{trace} has no toolfault call record (is it a Guard(trace=...) "
                            "file?)")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolfault.bench._loop_world import Job, OfficeWorld, pick
+from toolfault_cli.bench._loop_world import Job, OfficeWorld, pick
 
 #: Loop calls a looping model makes at most (it stops earlier only on ``result.halt``).
 LOOP_CAP = 60

@@ -2,7 +2,7 @@
 
 Loop protection is judged by two numbers at once (docs/DESIGN: "stop loops, never good
 work"): legitimate runs harmed, which must be zero, and how fast loops are stopped.  Every
-family (:mod:`~toolfault.bench._loop_families`) runs over many seeds against a real
+family (:mod:`~toolfault_cli.bench._loop_families`) runs over many seeds against a real
 :class:`~toolfault.Guard`; a legitimate script also runs on the bare functions, and its run is
 *harmed* when any call was refused (blocked, halted, ``no_progress``, ``tool_blocked``), any
 call failed that succeeded bare, the model's calls diverged, or the world ended in another
@@ -27,8 +27,8 @@ from toolfault._guard import Guard
 from toolfault._limits import Limits
 from toolfault._result import ToolResult
 from toolfault._returned import default_error_result
-from toolfault.bench._loop_families import FAMILIES, Call, Family, Plan, Script, Seen
-from toolfault.bench._loop_world import WorldRef, office_tools, tool_functions
+from toolfault_cli.bench._loop_families import FAMILIES, Call, Family, Plan, Script, Seen
+from toolfault_cli.bench._loop_world import WorldRef, office_tools, tool_functions
 
 #: Seeds per family and path in the default run.
 DEFAULT_SEEDS = 200
@@ -494,7 +494,7 @@ def loops_command(args: Any) -> int:
 
     from rich.console import Console
 
-    from toolfault._cli import error
+    from toolfault._usage import error
 
     other = [flag for flag, on in (("--overhead", getattr(args, "overhead", False)),
                                    ("--stores", getattr(args, "stores", False)),
@@ -514,12 +514,12 @@ def loops_command(args: Any) -> int:
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        from toolfault.bench._loops_view import print_loops
+        from toolfault_cli.bench._loops_view import print_loops
 
         print_loops(result)
     report = getattr(args, "report", None)
     if report:
-        from toolfault.bench._loops_view import render_page
+        from toolfault_cli.bench._loops_view import render_page
 
         try:
             with open(report, "w", encoding="utf-8") as page:

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from toolfault.bench._model import AgentModel, AgentTurn
-from toolfault.bench._tasks import PlannedCall, TaskBrief, ToolCall
+from toolfault_cli.bench._model import AgentModel, AgentTurn
+from toolfault_cli.bench._tasks import PlannedCall, TaskBrief, ToolCall
 
 _NEXT = re.compile(r"^Next action:\s*(.+)$", re.MULTILINE)
 _MUST = re.compile(r"^You must now (?:either )?(.+)$", re.MULTILINE)

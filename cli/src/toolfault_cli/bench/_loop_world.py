@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolfault.bench._tasks import HTTPStatusError, ToolDef
+from toolfault_cli.bench._tasks import HTTPStatusError, ToolDef
 
 #: The statuses ``update_order`` accepts.
 ORDER_STATUSES = ("open", "packed", "shipped", "cancelled")
