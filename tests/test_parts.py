@@ -27,7 +27,9 @@ from toolfault._tool import ToolSpec, build_spec
 from toolfault._trace import CallEvent
 from toolfault.stores import MemoryStore
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "toolfault"
+ROOT = Path(__file__).resolve().parents[1]
+#: The library, and the command line's package beside it.
+PACKAGES = (ROOT / "src" / "toolfault", ROOT / "cli" / "src" / "toolfault_cli")
 
 
 def _settings(**limits: Any) -> Settings:
@@ -136,7 +138,7 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
-                node.module.startswith("toolfault"):
+                node.module.startswith("toolfault"):  # toolfault and toolfault_cli
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if sub in modules else node.module)
@@ -147,8 +149,8 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 def _module_graph() -> dict[str, set[str]]:
     paths = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for package, path in ((p, path) for p in PACKAGES for path in p.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         paths[name] = path
     names = set(paths)

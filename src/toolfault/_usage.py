@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 def error(verb: str, message: str) -> None:
@@ -48,3 +49,15 @@ def input_problem(path: str, what: str = "file") -> str | None:
     if not os.access(target, os.R_OK):
         return f"cannot read {path}: permission denied"
     return None
+
+
+def shown_url(url: str) -> str:
+    """``url`` as printed in an error: a password in it becomes ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            return parts._replace(netloc=netloc).geturl()
+    except ValueError:
+        return "<the URL given>"
+    return url

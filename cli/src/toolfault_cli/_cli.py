@@ -22,19 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from toolfault._proxy_cli import PROXY_PARSER, add_proxy_arguments
-from toolfault._usage import error, input_problem, output_problem
-
-
-def shown_url(url: str) -> str:
-    """``url`` as printed in an error: a password in it becomes ``***``."""
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-            return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<the URL given>"
-    return url
+from toolfault._usage import error, input_problem, output_problem, shown_url
 
 
 def _positive_int(text: str) -> int:

@@ -173,7 +173,7 @@ def _redis_problem(url: str) -> str | None:
         client.ping()
         client.close()
     except (redis.RedisError, ValueError, OSError) as exc:
-        from toolfault_cli._cli import shown_url
+        from toolfault._usage import shown_url
 
         detail = " ".join(str(exc).split())
         parts = urlsplit(url)
@@ -192,7 +192,7 @@ def bench_command(args: argparse.Namespace) -> int:
 
         return overhead_command(as_json=bool(getattr(args, "json", False)))
     if getattr(args, "loops", False):
-        from toolfault_cli.bench._loops import loops_command
+        from toolfault_cli.bench._loops_view import loops_command
 
         return loops_command(args)
     if getattr(args, "stores", False):
@@ -240,7 +240,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if getattr(args, "trace", None):
         err.print(f"wrote {args.trace}", markup=False)
     if models is not None and summary.model_errors:
-        from toolfault_cli._cli import shown_url
+        from toolfault._usage import shown_url
 
         failed = sum(e.episodes for e in summary.model_errors)
         if failed == summary.episodes:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
@@ -9,7 +12,7 @@ from rich.text import Text
 
 from toolfault_cli.bench._html import _CSS, _GRID, _INK, _MUTED, _e, _nice_max, _tick, _ticks
 from toolfault_cli.bench._loop_families import LOOP_CAP
-from toolfault_cli.bench._loops import LoopsResult, Stat
+from toolfault_cli.bench._loops import DEFAULT_SEEDS, QUICK_SEEDS, LoopsResult, Stat, run_loops
 
 _OK = "#0f9d8a"
 _BAD = "#e0594b"
@@ -180,3 +183,43 @@ loops must be stopped early.</p>
 stylesheets, fonts or images, nothing loaded over the network.</footer>
 </main></body></html>
 """
+
+
+def loops_command(args: Any) -> int:
+    """``toolfault bench --loops``: the table (or ``--json``), the page (``--report``);
+    exit status 1 when a target is missed."""
+    import sys
+
+    from rich.console import Console
+
+    from toolfault._usage import error
+
+    other = [flag for flag, on in (("--overhead", getattr(args, "overhead", False)),
+                                   ("--stores", getattr(args, "stores", False)),
+                                   ("--trace", getattr(args, "trace", None)),
+                                   ("--model-url", getattr(args, "model_url", None)))
+             if on]
+    if other:
+        error("bench", f"{other[0]} does not apply to --loops")
+        return 2
+    seeds = getattr(args, "episodes", None) or \
+        (QUICK_SEEDS if getattr(args, "quick", False) else DEFAULT_SEEDS)
+    seed = int(getattr(args, "seed", 7) or 0)
+    err = Console(stderr=True, highlight=False, emoji=False)
+    with err.status("loops") as status:
+        result = run_loops(seeds=int(seeds), seed=seed,
+                           progress=lambda name: status.update(f"loops · {name}"))
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        print_loops(result)
+    report = getattr(args, "report", None)
+    if report:
+        try:
+            with open(report, "w", encoding="utf-8") as page:
+                page.write(render_page(result))
+        except OSError as exc:
+            error("bench", f"cannot write {report}: {exc.strerror or exc}")
+            return 2
+        err.print(f"wrote {report}", markup=False)
+    return 0 if result.ok else 1
