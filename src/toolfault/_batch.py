@@ -69,21 +69,37 @@ def unpack_call(item: Any) -> tuple[str, Any, str | None]:
     Anything else raises :class:`Malformed`, which the batch answers with ``invalid_call``.
     """
     if isinstance(item, tuple):
-        if len(item) not in (2, 3):
-            raise Malformed(f"a tool call tuple must be (name, arguments) or (name, arguments, "
-                             f"id), not {len(item)} items")
-        cid = item[2] if len(item) == 3 else None
-        return named(item[0], cid), item[1], (str(cid) if cid is not None else None)
+        return _from_tuple(item)
     if isinstance(item, Mapping):
-        fn = item.get("function")
-        if isinstance(fn, Mapping):
-            return named(fn.get("name"), item.get("id")), fn.get("arguments"), item.get("id")
-        args = item.get("arguments", item.get("args", item.get("input")))
-        cid = item.get("call_id") or item.get("id")
-        return named(item.get("name"), cid), args, cid
+        return _from_mapping(item)
     if item is None or isinstance(item, (str, bytes, int, float, list, set)):
         raise Malformed(f"a tool call must be a (name, arguments) pair, a dict or a tool-call "
                          f"object, not {type(item).__name__}")
+    return _from_object(item)
+
+
+def _from_tuple(item: tuple[Any, ...]) -> tuple[str, Any, str | None]:
+    """``(name, args)`` or ``(name, args, id)``: the form a hand-written loop builds."""
+    if len(item) not in (2, 3):
+        raise Malformed(f"a tool call tuple must be (name, arguments) or (name, arguments, "
+                         f"id), not {len(item)} items")
+    cid = item[2] if len(item) == 3 else None
+    return named(item[0], cid), item[1], (str(cid) if cid is not None else None)
+
+
+def _from_mapping(item: Mapping[str, Any]) -> tuple[str, Any, str | None]:
+    """A Chat Completions dict (``{"function": {...}, "id"}``) or a flat one, whichever of
+    the providers' argument keys (``arguments``, ``args``, ``input``) it uses."""
+    fn = item.get("function")
+    if isinstance(fn, Mapping):
+        return named(fn.get("name"), item.get("id")), fn.get("arguments"), item.get("id")
+    args = item.get("arguments", item.get("args", item.get("input")))
+    cid = item.get("call_id") or item.get("id")
+    return named(item.get("name"), cid), args, cid
+
+
+def _from_object(item: Any) -> tuple[str, Any, str | None]:
+    """An SDK tool-call object, read by the same names as its dict form."""
     fn = getattr(item, "function", None)
     if fn is not None:
         cid = getattr(item, "id", None)

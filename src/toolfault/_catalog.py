@@ -99,6 +99,50 @@ class _Defaulting(dict[str, object]):
         return "{" + key + "}"
 
 
+#: The keys a catalog row may have (anything else is a typo the lint would miss).
+_ROW_KEYS = frozenset({
+    "code", "class", "retryable", "summary", "next_action", "reason", "tools",
+    "constraint", "retry_limit", "alternative", "outcome", "http_status", "match",
+    "exceptions",
+})
+
+
+def _row_code(row: Mapping[str, Any]) -> str:
+    """A row's code, once the row has one and no key it does not know (every later error
+    names the row by it)."""
+    code = row.get("code")
+    if not isinstance(code, str) or not _CODE_RE.match(code):
+        raise CatalogError(f"catalog row has no valid snake_case 'code': {row!r}")
+    unknown = sorted(set(row) - _ROW_KEYS)
+    if unknown:
+        raise CatalogError(f"catalog row {code!r} has unknown keys: {', '.join(unknown)}")
+    return code
+
+
+def _row_kinds(row: Mapping[str, Any], code: str) -> tuple[FailureClass, Outcome]:
+    """A row's failure class and outcome, a misspelt value reported with the row's code."""
+    try:
+        return FailureClass(row.get("class", "permanent")), Outcome(row.get("outcome", "none"))
+    except ValueError as exc:
+        raise CatalogError(f"catalog row {code!r}: {exc}") from exc
+
+
+def _row_retry_limit(row: Mapping[str, Any], code: str) -> int | None:
+    """A row's own retry cap: absent, or a whole number of at least one."""
+    retry_limit = row.get("retry_limit")
+    if retry_limit is not None and (not isinstance(retry_limit, int) or retry_limit < 1):
+        raise CatalogError(f"catalog row {code!r}: retry_limit must be a positive integer")
+    return retry_limit
+
+
+def _row_patterns(match: tuple[str, ...], code: str) -> tuple[re.Pattern[str], ...]:
+    """A row's ``match`` patterns compiled once, at load, so a bad one fails the load."""
+    try:
+        return tuple(re.compile(p) for p in match)
+    except re.error as exc:
+        raise CatalogError(f"catalog row {code!r}: bad match pattern: {exc}") from exc
+
+
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
     """One row of the catalog: everything toolfault knows about one error code."""
@@ -122,30 +166,11 @@ class CatalogEntry:
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> CatalogEntry:
         """Build a row from its TOML table, naming the offending key on error."""
-        code = row.get("code")
-        if not isinstance(code, str) or not _CODE_RE.match(code):
-            raise CatalogError(f"catalog row has no valid snake_case 'code': {row!r}")
-        known = {
-            "code", "class", "retryable", "summary", "next_action", "reason", "tools",
-            "constraint", "retry_limit", "alternative", "outcome", "http_status", "match",
-            "exceptions",
-        }
-        unknown = sorted(set(row) - known)
-        if unknown:
-            raise CatalogError(f"catalog row {code!r} has unknown keys: {', '.join(unknown)}")
-        try:
-            failure_class = FailureClass(row.get("class", "permanent"))
-            outcome = Outcome(row.get("outcome", "none"))
-        except ValueError as exc:
-            raise CatalogError(f"catalog row {code!r}: {exc}") from exc
-        retry_limit = row.get("retry_limit")
-        if retry_limit is not None and (not isinstance(retry_limit, int) or retry_limit < 1):
-            raise CatalogError(f"catalog row {code!r}: retry_limit must be a positive integer")
+        code = _row_code(row)
+        failure_class, outcome = _row_kinds(row, code)
+        retry_limit = _row_retry_limit(row, code)
         match = tuple(str(p) for p in row.get("match", ()))
-        try:
-            patterns = tuple(re.compile(p) for p in match)
-        except re.error as exc:
-            raise CatalogError(f"catalog row {code!r}: bad match pattern: {exc}") from exc
+        patterns = _row_patterns(match, code)
         return cls(
             code=code,
             failure_class=failure_class,

@@ -162,25 +162,34 @@ def from_exception(
         http = None
     if http is not None:
         return _from_http(exc, catalog, http, tool=tool, side_effect=side_effect)
-    mapped = catalog.for_exception(exc)
-    if mapped is None:
+    entry = catalog.for_exception(exc)
+    if entry is None:
         return from_entry(catalog.get("internal_error"),
                           f"{tool} hit an internal error and did not complete", cause=exc,
                           outcome=Outcome.UNKNOWN if side_effect else Outcome.NO_EFFECT)
-    entry = mapped
-    outcome = entry.outcome
-    if entry.failure_class is FailureClass.TRANSIENT and side_effect and not (
-        {k.__name__ for k in type(exc).__mro__} & _BEFORE_DISPATCH
-    ):
-        outcome = Outcome.UNKNOWN
-    text = _text_of(exc)
-    if entry.code in _TEXT_IS_REASON and text.strip(" .") and not _infra_text(text):
-        reason = text[:240]
-    elif entry.code == "timeout":
-        reason = f"{tool} did not answer in time"
-    elif entry.code == "unavailable":
-        reason = f"the service behind {tool} could not be reached"
-    else:
-        reason = entry.summary or f"{tool} failed"
+    outcome = _mapped_outcome(entry, exc, side_effect)
+    reason = _mapped_reason(entry, _text_of(exc), tool)
     return Failure(entry, reason, outcome, entry.retryable, failure_class=entry.failure_class,
                    cause=exc)
+
+
+def _mapped_outcome(entry: CatalogEntry, exc: BaseException, side_effect: bool) -> Outcome:
+    """The row's outcome, but unknown for a transient failure of a side-effecting call whose
+    request may have left the machine (one that failed to connect surely did not)."""
+    if entry.failure_class is not FailureClass.TRANSIENT or not side_effect:
+        return entry.outcome
+    if {k.__name__ for k in type(exc).__mro__} & _BEFORE_DISPATCH:
+        return entry.outcome
+    return Outcome.UNKNOWN
+
+
+def _mapped_reason(entry: CatalogEntry, text: str, tool: str) -> str:
+    """The reason the model reads: the exception's own text only where the row says it is
+    the operation's words (and it is not the infrastructure's), else the row's."""
+    if entry.code in _TEXT_IS_REASON and text.strip(" .") and not _infra_text(text):
+        return text[:240]
+    if entry.code == "timeout":
+        return f"{tool} did not answer in time"
+    if entry.code == "unavailable":
+        return f"the service behind {tool} could not be reached"
+    return entry.summary or f"{tool} failed"

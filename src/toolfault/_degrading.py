@@ -269,38 +269,57 @@ class _Outage:
                 return True
             if self.last_probe >= asked:  # probed while we waited: its answer stands
                 return False
-            self.last_probe = time.monotonic()
-            try:
-                self._probe()
-            except Exception:
-                with self._lock:
-                    self.down_since = time.monotonic()
-                return False
-            entries, held, incidents = self.fallback.drain()
-            try:
-                self._write_back(entries, held, incidents)
-            except Exception:
-                for entry in entries:
-                    self.fallback.put_ledger(entry)
-                for task, token, left, holder in held:
-                    self.fallback.acquire(task, token, left, holder)
-                for incident in incidents:
-                    self.fallback.add_incident(incident)
-                with self._lock:
-                    self.down_since = time.monotonic()
-                return False
-            with self._lock:
-                self.down_since = None
-                released, self._released = self._released, []
-            if self.holders:  # after the ledger: an entry is there before its key is free
-                for task, token, holder in released:
-                    _quietly(self.primary.release, task, token, holder)
-            # What a racing thread wrote locally while this ran: moved over as well.
-            late = self.fallback.drain()
-            _quietly(self._write_back, *late)
-            return True
+            return self._probe_and_write_back()
         finally:
             self._recovering.release()
+
+    def _probe_and_write_back(self) -> bool:
+        """One recovery attempt (under ``_recovering``): the primary probed, then the
+        fallback's records written into it; False, and still down, when either fails."""
+        self.last_probe = time.monotonic()
+        try:
+            self._probe()
+        except Exception:
+            self._still_down()
+            return False
+        entries, held, incidents = self.fallback.drain()
+        try:
+            self._write_back(entries, held, incidents)
+        except Exception:
+            self._keep_locally(entries, held, incidents)
+            self._still_down()
+            return False
+        self._back_up()
+        return True
+
+    def _still_down(self) -> None:
+        """A recovery attempt failed: the outage goes on from now (the next probe waits)."""
+        with self._lock:
+            self.down_since = time.monotonic()
+
+    def _keep_locally(self, entries: list[LedgerEntry],
+                      held: list[tuple[str, str, float, str]], incidents: list[Incident]
+                      ) -> None:
+        """What a failed write-back drained from the fallback, put back there: nothing
+        recorded during the outage is lost, and the next recovery writes it back."""
+        for entry in entries:
+            self.fallback.put_ledger(entry)
+        for task, token, left, holder in held:
+            self.fallback.acquire(task, token, left, holder)
+        for incident in incidents:
+            self.fallback.add_incident(incident)
+
+    def _back_up(self) -> None:
+        """The primary serves again: keys released during the outage released there too,
+        and what a racing thread wrote locally meanwhile moved over as well."""
+        with self._lock:
+            self.down_since = None
+            released, self._released = self._released, []
+        if self.holders:  # after the ledger: an entry is there before its key is free
+            for task, token, holder in released:
+                _quietly(self.primary.release, task, token, holder)
+        late = self.fallback.drain()
+        _quietly(self._write_back, *late)
 
     def _write_back(self, entries: list[LedgerEntry],
                     held: list[tuple[str, str, float, str]], incidents: list[Incident]) -> None:
@@ -403,24 +422,37 @@ class DegradingKeyLocks:
         probes the primary and waits for the answer: back, it is claimed there."""
         outage = self._outage
         if outage.down_since is not None and not outage.recover(blocking=True):
-            if not local or outage.policy == "closed":
-                raise outage.refused()
-            got = self._fallback.acquire(task, token, ttl, holder)
+            got = self._acquire_during_outage(task, token, ttl, holder, local=local)
         else:
-            try:
-                if outage.epoch is None:
-                    outage.learn_epoch()
-                got = outage.acquire_primary(task, token, ttl, holder)
-            except StateUnavailableError:
-                raise  # the primary answered: it cannot vouch for a claim yet (young epoch)
-            except Exception as exc:
-                outage.degrade(exc)  # raises when failing closed
-                if not local:
-                    raise outage.refused() from exc
-                got = self._fallback.acquire(task, token, ttl, holder)
+            got = self._acquire_on_primary(task, token, ttl, holder, local=local)
         if got and holder:
             self.keeper.hold(task, token, holder, ttl)
         return got
+
+    def _acquire_during_outage(self, task: str, token: str, ttl: float, holder: str, *,
+                               local: bool) -> bool:
+        """Still down after the probe: claimed locally only when the tool opted in and the
+        store fails open; else refused."""
+        if not local or self._outage.policy == "closed":
+            raise self._outage.refused()
+        return self._fallback.acquire(task, token, ttl, holder)
+
+    def _acquire_on_primary(self, task: str, token: str, ttl: float, holder: str, *,
+                            local: bool) -> bool:
+        """Claimed on the primary; when it fails now, the outage begins and the claim is
+        made as during one."""
+        outage = self._outage
+        try:
+            if outage.epoch is None:
+                outage.learn_epoch()
+            return outage.acquire_primary(task, token, ttl, holder)
+        except StateUnavailableError:
+            raise  # the primary answered: it cannot vouch for a claim yet (young epoch)
+        except Exception as exc:
+            outage.degrade(exc)  # raises when failing closed
+            if not local:
+                raise outage.refused() from exc
+            return self._fallback.acquire(task, token, ttl, holder)
 
     def reclaim_held(self) -> None:
         """The primary lost its data: claim every key this process holds there again."""

@@ -103,21 +103,44 @@ def _nfc(text: str) -> str:
 
 
 def _canonical(value: Any) -> Any:
-    kind = type(value)  # exact types first: no ABC checks on the common path
-    if kind is str:
-        return _nfc(value)
-    if kind is int or kind is bool or value is None:
-        return value
-    if kind is float:
-        return int(value) if value.is_integer() else value
-    if kind is dict:
-        return {
-            (k if type(k) is str and unicodedata.is_normalized("NFC", k) else _canonical(str(k))):
-            _canonical(v) for k, v in value.items()
-        }
-    if kind is list or kind is tuple:
-        return [_canonical(v) for v in value]
-    return _canonical_subclass(value)
+    """``value`` as the canonical text encodes it (NFC strings, integral floats as ints, any
+    mapping a dict with str keys, any sequence a list)."""
+    walk = _CANONICAL_BY_TYPE.get(type(value))  # exact types first: no ABC checks
+    return _canonical_subclass(value) if walk is None else walk(value)
+
+
+def _as_it_is(value: Any) -> Any:
+    """An int, bool or ``None``: canonical already."""
+    return value
+
+
+def _canonical_float(value: float) -> float | int:
+    """``2.0`` is the same argument as ``2``."""
+    return int(value) if value.is_integer() else value
+
+
+def _canonical_key(key: Any) -> str:
+    """A dict key as text, NFC (a str already NFC is kept without a copy)."""
+    if type(key) is str and unicodedata.is_normalized("NFC", key):
+        return key
+    return _nfc(str(key))
+
+
+def _canonical_dict(value: dict[Any, Any]) -> dict[str, Any]:
+    """Keys as NFC text, values walked (the encoder sorts the keys)."""
+    return {_canonical_key(k): _canonical(v) for k, v in value.items()}
+
+
+def _canonical_list(value: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """A list or a tuple: the same JSON array, so the same call."""
+    return [_canonical(v) for v in value]
+
+
+_CANONICAL_BY_TYPE: dict[type, Callable[[Any], Any]] = {
+    str: _nfc, int: _as_it_is, bool: _as_it_is, type(None): _as_it_is,
+    float: _canonical_float, dict: _canonical_dict, list: _canonical_list,
+    tuple: _canonical_list,
+}
 
 
 def _canonical_subclass(value: Any) -> Any:
@@ -174,12 +197,20 @@ def _already_canonical(args: dict[str, Any]) -> str | None:
         text = _encode_canonical(args)
     except (ValueError, TypeError, RecursionError):
         return None  # the walk decides what is wrong, and says so
-    if ((".0" in text and (".0," in text or ".0]" in text or ".0}" in text)) or "e+" in text
-            or (text.count("{") > 1 and not _nested_keys_are_str(args, 0))):
+    if _integral_float_in(text) or (text.count("{") > 1 and not _nested_keys_are_str(args, 0)):
         return None
-    if text.isascii() or unicodedata.is_normalized("NFC", text):
-        return text
-    return None
+    return text if _nfc_text(text) else None
+
+
+def _integral_float_in(text: str) -> bool:
+    """Whether JSON text may hold a float with an integral value (``2.0``, ``1e+20``), which
+    the canonical text writes as an int (a string that merely looks like one included)."""
+    return (".0" in text and (".0," in text or ".0]" in text or ".0}" in text)) or "e+" in text
+
+
+def _nfc_text(text: str) -> bool:
+    """Whether JSON text is NFC, as the canonical text is (ASCII is, without a look)."""
+    return text.isascii() or unicodedata.is_normalized("NFC", text)
 
 
 def _nested_keys_are_str(value: Any, depth: int) -> bool:
@@ -241,16 +272,19 @@ def fingerprint_json_values(tool: str, args: dict[str, Any], *, in_order: bool =
     except (ValueError, TypeError):
         return fingerprint(tool, args)
     text = raw.decode()  # str searches are several times cheaper than bytes ones
-    if (text.find("{", 1) != -1 or "e-" in text or "e+" in text or "Infinity" in text
-            or (".0" in text and (".0," in text or ".0]" in text or ".0}" in text
-                                 or "0.0000" in text))
-            or len(raw) > MAX_CANONICAL_BYTES):
-        return fingerprint(tool, args)
-    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+    if len(raw) > MAX_CANONICAL_BYTES or _not_canonical(text) or not _nfc_text(text):
         return fingerprint(tool, args)
     digest = _started(tool)
     digest.update(raw)
     return digest.hexdigest()
+
+
+def _not_canonical(text: str) -> bool:
+    """Whether pydantic-core's text of sorted arguments may differ from the canonical text:
+    a nested object (its keys unsorted), an infinity, an integral float or a float below 1e-4
+    (``e-`` or ``0.0000``: spelt ``1e-7`` and ``0.00001``, not ``1e-07`` and ``1e-05``)."""
+    return (text.find("{", 1) != -1 or "Infinity" in text or "e-" in text or "0.0000" in text
+            or _integral_float_in(text))
 
 
 #: sha256 of ``tool + "\0"`` per tool name: copying one costs less than a new hash.

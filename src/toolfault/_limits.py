@@ -7,7 +7,7 @@ can be shared by many guards.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -123,30 +123,12 @@ class Limits:
 
     def __post_init__(self) -> None:
         self._translate_deprecated()
-        for name in ("halt_after_refusals", "max_tool_failures_per_turn"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ConfigurationError(f"Limits.{name} must be at least 1 (or None)")
-        repeats = self.no_progress_repeats
-        if repeats is not None and (not isinstance(repeats, int) or repeats < 2):
-            raise ConfigurationError("Limits.no_progress_repeats must be at least 2 (or None)")
-        if self.block_seconds is not None and not self.block_seconds > 0:
-            raise ConfigurationError("Limits.block_seconds must be greater than 0 (or None)")
+        _check(self, _LADDER_RULES)
         for name in ("progress_exempt", "volatile_fields"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                raise ConfigurationError(f"Limits.{name} must be a collection of names, "
-                                         "not one string")
-            if not isinstance(value, frozenset):
-                object.__setattr__(self, name, frozenset(value))
+            object.__setattr__(self, name, _name_set(name, getattr(self, name)))
         object.__setattr__(self, "volatile_fields",
                            frozenset(field_key(str(v)) for v in self.volatile_fields))
-        if self.retry_limit is not None and self.retry_limit < 1:
-            raise ConfigurationError("Limits.retry_limit must be at least 1")
-        if self.max_calls_per_turn is not None and self.max_calls_per_turn < 1:
-            raise ConfigurationError("Limits.max_calls_per_turn must be at least 1")
-        if self.max_spend_per_task is not None and self.max_spend_per_task < 0:
-            raise ConfigurationError("Limits.max_spend_per_task must not be negative")
+        _check(self, _BUDGET_RULES)
 
     def _translate_deprecated(self) -> None:
         """The ladder's earlier names, mapped onto the rungs that replaced them."""
@@ -172,6 +154,65 @@ class Limits:
         if self.retry_limit is not None:
             return self.retry_limit
         return self.retry_limits.get(failure_class, DEFAULT_RETRY_LIMITS[failure_class])
+
+
+def _count_below(floor: int) -> Callable[[Any], bool]:
+    """A rule for a rung counted in calls: a whole number of at least ``floor``."""
+
+    def bad(value: Any) -> bool:
+        return not isinstance(value, int) or value < floor
+
+    return bad
+
+
+def _not_positive(value: Any) -> bool:
+    """A duration must be more than nothing (NaN is not)."""
+    return not value > 0
+
+
+def _below_one(value: Any) -> bool:
+    """A cap below one would refuse every call."""
+    return bool(value < 1)
+
+
+def _negative(value: Any) -> bool:
+    """A spend may be zero, never less."""
+    return bool(value < 0)
+
+
+#: ``(field, rule, message)``: ``rule(value)`` true means the value is refused; ``None`` is
+#: always allowed.  Checked in order; the ladder's rungs before the name sets, the budgets after.
+_Rules = tuple[tuple[str, Callable[[Any], bool], str], ...]
+_LADDER_RULES: _Rules = (
+    ("halt_after_refusals", _count_below(1),
+     "Limits.halt_after_refusals must be at least 1 (or None)"),
+    ("max_tool_failures_per_turn", _count_below(1),
+     "Limits.max_tool_failures_per_turn must be at least 1 (or None)"),
+    ("no_progress_repeats", _count_below(2),
+     "Limits.no_progress_repeats must be at least 2 (or None)"),
+    ("block_seconds", _not_positive, "Limits.block_seconds must be greater than 0 (or None)"),
+)
+_BUDGET_RULES: _Rules = (
+    ("retry_limit", _below_one, "Limits.retry_limit must be at least 1"),
+    ("max_calls_per_turn", _below_one, "Limits.max_calls_per_turn must be at least 1"),
+    ("max_spend_per_task", _negative, "Limits.max_spend_per_task must not be negative"),
+)
+
+
+def _check(limits: Limits, rules: _Rules) -> None:
+    """Refuse the first field its rule rejects, in the table's words."""
+    for name, refused, message in rules:
+        value = getattr(limits, name)
+        if value is not None and refused(value):
+            raise ConfigurationError(message)
+
+
+def _name_set(name: str, value: Any) -> frozenset[str]:
+    """A set of names as given (a frozenset kept as is); one bare string is refused: it would
+    read as a set of its letters."""
+    if isinstance(value, str):
+        raise ConfigurationError(f"Limits.{name} must be a collection of names, not one string")
+    return value if isinstance(value, frozenset) else frozenset(value)
 
 
 def field_key(name: str) -> str:

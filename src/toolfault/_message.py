@@ -41,30 +41,38 @@ def _as_is(value: Any) -> bool:
 
 
 def _shrink(value: Any, depth: int = 0) -> Any:
+    """An argument as the echo shows it: long strings and collections shortened, nesting
+    past ``MAX_DEPTH`` elided, floats JSON cannot hold in words, anything else its repr."""
     if _as_is(value):
         return value
     if isinstance(value, str):
-        if len(value) > MAX_STRING:
-            return f"{value[:MAX_STRING - 20]}…(+{len(value) - (MAX_STRING - 20)} chars)"
-        return value
+        return _short(value)
     if isinstance(value, float):
-        if value != value:  # NaN: keep it visible, not JSON-invalid
-            return "NaN"
-        if value in _INFINITIES:
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
+        return _shrink_float(value)
     if type(value) is dict or isinstance(value, Mapping):
         return "{…}" if depth >= MAX_DEPTH else _shrink_mapping(value, depth)
     if isinstance(value, (list, tuple)):
-        if depth >= MAX_DEPTH:
-            return ["…"]
-        shown = [v if _as_is(v) else _shrink(v, depth + 1) for v in value[:MAX_ITEMS]]
-        if len(value) > MAX_ITEMS:
-            shown.append(f"…(+{len(value) - MAX_ITEMS} items)")
-        return shown
+        return ["…"] if depth >= MAX_DEPTH else _shrink_list(value, depth)
     if isinstance(value, (bool, int)):
         return value
     return repr(value)[:MAX_STRING]
+
+
+def _shrink_float(value: float) -> float | str:
+    """A float as JSON can show it: NaN and the infinities in words, visible, not invalid."""
+    if value != value:
+        return "NaN"
+    if value in _INFINITIES:
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _shrink_list(value: Sequence[Any], depth: int) -> list[Any]:
+    """The first ``MAX_ITEMS`` items, shrunk, and how many more there were."""
+    shown = [v if _as_is(v) else _shrink(v, depth + 1) for v in value[:MAX_ITEMS]]
+    if len(value) > MAX_ITEMS:
+        shown.append(f"…(+{len(value) - MAX_ITEMS} items)")
+    return shown
 
 
 def _shrink_mapping(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
@@ -135,23 +143,28 @@ def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: 
     for k, v in value.items():
         name = k if type(k) is str else _name_of(k)
         keyed = _is_secret_key(name)
-        if keyed and hidden is not None:
-            hidden |= redactor.hidden_values({name: v})  # every leaf under a secret name
+        below = _hidden_below(name, v, keyed, redactor, hidden)
         key = secrets(name)
         if len(out) >= MAX_ITEMS and key not in out:
             beyond.add(key)
-            if hidden is not None and not keyed:
-                _hidden_in(v, depth + 1, redactor, hidden)
+            _hidden_in(v, depth + 1, redactor, below)
             continue
-        kind = type(v)
-        if kind in _ECHO_SCALARS:
-            out[key] = _echo_scalar(v, kind, secret or keyed, secrets)
-        else:
-            out[key] = _echo_value(v, depth + 1, secret or keyed, redactor,
-                                   None if keyed else hidden)
+        kind = type(v)  # scalars (most members) without a call to _echo_value
+        out[key] = (_echo_scalar(v, kind, secret or keyed, secrets) if kind in _ECHO_SCALARS
+                    else _echo_value(v, depth + 1, secret or keyed, redactor, below))
     if beyond:
         out["…"] = f"+{len(beyond)} more keys"
     return out
+
+
+def _hidden_below(name: str, value: Any, keyed: bool, redactor: Redactor,
+                  hidden: set[str] | None) -> set[str] | None:
+    """The set the walk of a member adds its hidden values to: ``hidden``, but none
+    (``None``) under a secret name, whose every hidden value is collected here at once."""
+    if not keyed or hidden is None:
+        return hidden
+    hidden |= redactor.hidden_values({name: value})
+    return None
 
 
 _ECHO_SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -169,7 +182,7 @@ def _echo_scalar(value: Any, kind: type, hide: bool, secrets: Callable[[str], st
         return shown if len(shown) <= MAX_STRING else _short(shown)
     if kind is int:
         return value
-    return value if value - value == 0.0 else _shrink(value)  # NaN, infinities: in words
+    return value if value - value == 0.0 else _shrink_float(value)  # NaN, infinities: in words
 
 
 def _name_of(key: Any) -> str:
@@ -178,9 +191,10 @@ def _name_of(key: Any) -> str:
     return text if type(text) is str else str.__str__(text)
 
 
-def _hidden_in(value: Any, depth: int, redactor: Redactor, hidden: set[str]) -> None:
-    """Hidden values in a member the echo leaves out (it is searched, never shown)."""
-    if type(value) not in _SCALARS:
+def _hidden_in(value: Any, depth: int, redactor: Redactor, hidden: set[str] | None) -> None:
+    """Hidden values in a member the echo leaves out (it is searched, never shown), when the
+    caller collects them."""
+    if hidden is not None and type(value) not in _SCALARS:
         hidden |= redactor.hidden_values(value, _depth=depth)
 
 
@@ -188,24 +202,26 @@ def _echo_value(value: Any, depth: int, secret: bool, redactor: Redactor,
                 hidden: set[str] | None) -> Any:
     """``_shrink(redactor.value(value), depth)`` (no key: the caller decided ``secret``)."""
     kind = type(value)
-    if kind is str:
-        return REDACTED if secret else _short(redactor.secrets(value))
-    if kind is bool or value is None:
-        return value
-    if kind is int or kind is float:
-        return REDACTED if secret else _shrink(value)
-    # A list or tuple (the usual member) is decided without an ABC check for Mapping.
-    container = kind is dict or (kind is not list and kind is not tuple
-                                 and isinstance(value, Mapping))
-    if container or isinstance(value, (list, tuple)):
+    if kind in _ECHO_SCALARS:
+        return _echo_scalar(value, kind, secret, redactor.secrets)
+    if _is_mapping(value, kind):
         if depth < MAX_DEPTH:
-            if container:
-                return _echo_mapping(value, depth, secret, redactor, hidden)
+            return _echo_mapping(value, depth, secret, redactor, hidden)
+        _hidden_in(value, depth, redactor, hidden)
+        return "{…}"
+    if isinstance(value, (list, tuple)):
+        if depth < MAX_DEPTH:
             return _echo_list(value, depth, secret, redactor, hidden)
-        if hidden is not None:
-            hidden |= redactor.hidden_values(value, _depth=depth)
-        return "{…}" if container else ["…"]
+        _hidden_in(value, depth, redactor, hidden)
+        return ["…"]
     return REDACTED if secret else _shrink(redactor.value(value, _depth=depth), depth)
+
+
+def _is_mapping(value: Any, kind: type) -> bool:
+    """A dict or another Mapping; a list or tuple (the usual member) is decided without an
+    ABC check."""
+    return kind is dict or (kind is not list and kind is not tuple
+                            and isinstance(value, Mapping))
 
 
 def _echo_list(value: Sequence[Any], depth: int, secret: bool, redactor: Redactor,
@@ -341,9 +357,11 @@ def render_terminal(
     return Rendered(text, problem)
 
 
-#: Labels of the lines a message may cut, most expendable first, and their problem fields.
+#: The lines a message may cut, most expendable first: their label, their problem field,
+#: whether the arguments the instruction names are kept whole, and the problem field's end.
 #: The first line (the code) and the next action are never cut: they are the instruction.
-_CUTTABLE = (("Rejected arguments: ", "rejected_arguments"), ("Reason: ", "detail"))
+_CUTTABLE = (("Rejected arguments: ", "rejected_arguments", True, ""),
+             ("Reason: ", "detail", False, "."))
 #: Past this many times the budget (an absurd tool name or verdict), every line is cut.
 _ABSURD = 2
 ELLIPSIS = "…"
@@ -402,22 +420,32 @@ def _cut(text: str, problem: dict[str, Any], budget: int,
     lines = text.split("\n")
     problem = dict(problem)
     named = _instruction_words(lines)
-    for label, field in _CUTTABLE:
-        index = next((i for i, line in enumerate(lines) if line.startswith(label)), None)
+    for label, field, keeps_named, end in _CUTTABLE:
+        index = _line_index(lines, label)
         if index is None:
             continue
-        new = _cut_line(lines, index, label, named if field == "rejected_arguments" else "",
-                        budget, count)
-        if field in problem and isinstance(problem[field], str):
-            problem[field] = new if field == "rejected_arguments" else f"{new}."
+        new = _cut_line(lines, index, label, named if keeps_named else "", budget, count)
+        if isinstance(problem.get(field), str):
+            problem[field] = f"{new}{end}"
         if count("\n".join(lines)) <= budget:
             break
     text = "\n".join(lines)
-    if count(text) > _ABSURD * budget:  # a very long tool name or verdict: cut every line
-        per = max(4, budget // max(1, len(lines)))
-        lines = [shorten(line, _within(count, per, "")) for line in lines]
-        text = "\n".join(line if line.endswith(".") else line + "." for line in lines)
+    if count(text) > _ABSURD * budget:
+        text = _cut_every_line(lines, budget, count)
     return text, problem
+
+
+def _cut_every_line(lines: list[str], budget: int, count: Callable[[str], int]) -> str:
+    """Every line cut to its share of the budget, each still ending in a full stop: for a
+    message whose uncuttable lines alone are far over it (a very long tool name or verdict)."""
+    per = max(4, budget // max(1, len(lines)))
+    lines = [shorten(line, _within(count, per, "")) for line in lines]
+    return "\n".join(line if line.endswith(".") else line + "." for line in lines)
+
+
+def _line_index(lines: list[str], label: str) -> int | None:
+    """The index of the line that starts with ``label`` (``None`` when none does)."""
+    return next((i for i, line in enumerate(lines) if line.startswith(label)), None)
 
 
 def _line(lines: list[str], label: str) -> str:

@@ -122,27 +122,46 @@ def default_error_result(value: Any) -> str | None:
     if kind in (int, float, bool, list, tuple) or value is None:
         return None
     if isinstance(value, str):
-        if _ERROR_PREFIX.match(value):
-            return _ERROR_PREFIX.sub("", value, count=1).strip() or "the tool reported an error"
-        return None
+        return _prefixed_error(value)
     mapping = _mapping_of(value)
     return None if mapping is None else _mapping_error(mapping)
+
+
+def _prefixed_error(text: str) -> str | None:
+    """The words after a leading ``Error:`` (a reason of its own when none follow), else
+    ``None``: any other string is a result."""
+    if not _ERROR_PREFIX.match(text):
+        return None
+    return _ERROR_PREFIX.sub("", text, count=1).strip() or "the tool reported an error"
 
 
 def _mapping_error(mapping: Mapping[str, Any]) -> str | None:
     """The reason a returned mapping carries, when it is an error envelope (see above)."""
     keys = {str(k) for k in mapping}
-    statuses = {k: _says_failed(mapping[k]) for k in keys if _status_key(k)}
+    statuses = _statuses(mapping, keys)
     if any(v is False for v in statuses.values()):
         return None  # a status field says it worked
-    failed = [k for k, v in statuses.items() if v]
     others = keys - _ENVELOPE_KEYS - set(statuses)
-    if not others:
-        said = _error_field(mapping)
-        if said is not None:
-            return said
-    if not failed:
-        return None
+    said = None if others else _error_field(mapping)
+    if said is not None:
+        return said
+    failed = [k for k, v in statuses.items() if v]
+    return _failed_status_reason(mapping, failed, others) if failed else None
+
+
+def _statuses(mapping: Mapping[str, Any], keys: set[str]) -> dict[str, bool | None]:
+    """What each status field says: True failed, False succeeded, None neither."""
+    return {k: _says_failed(mapping[k]) for k in keys if _status_key(k)}
+
+
+def _failed_status_reason(mapping: Mapping[str, Any], failed: list[str],
+                          others: set[str]) -> str | None:
+    """The reason for a mapping whose ``failed`` status fields say it failed: its message
+    key's words, or the status itself when nothing but envelope keys is there.
+
+    Beside payload keys (``others``), a status that is only a word (``"status": "failed"``)
+    may describe the payload (a job that failed), not the call: then it is a result.
+    """
     said_value = next((mapping[k] for k in _MESSAGE_KEYS if mapping.get(k)), None)
     string_status_only = all(isinstance(mapping[k], str) for k in failed)
     if said_value is not None and (not others or not string_status_only):

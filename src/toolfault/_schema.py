@@ -58,6 +58,28 @@ class ArgumentValidator(Protocol):
 
 def describe(schema: Mapping[str, Any]) -> str:
     """A JSON Schema fragment as the words a model understands: ``an integer greater than 0``."""
+    choice = _choice_words(schema)
+    if choice is not None:
+        return choice
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return " or ".join(_TYPE_WORDS.get(str(k), str(k)) for k in kind)
+    base = _TYPE_WORDS.get(str(kind), "a valid value") if kind else "a valid value"
+    bounds = _bounds(schema)
+    if kind == "array" and isinstance(schema.get("items"), Mapping):
+        base = _list_words(schema["items"], base)
+    return " ".join([base, *bounds])
+
+
+_TYPE_WORDS = {
+    "integer": "an integer", "number": "a number", "string": "a string",
+    "boolean": "true or false", "array": "a list", "object": "an object", "null": "null",
+}
+
+
+def _choice_words(schema: Mapping[str, Any]) -> str | None:
+    """The words for a schema that lists its values (``enum``, ``const``) or its alternatives
+    (``anyOf``, ``oneOf``, null left out) instead of a type; ``None`` for any other."""
     if "enum" in schema:
         return "one of " + ", ".join(repr(v) for v in schema["enum"])
     if "const" in schema:
@@ -66,20 +88,13 @@ def describe(schema: Mapping[str, Any]) -> str:
         if key in schema:
             parts = [describe(s) for s in schema[key] if s.get("type") != "null"]
             return " or ".join(parts) if parts else "null"
-    kind = schema.get("type")
-    words = {
-        "integer": "an integer", "number": "a number", "string": "a string",
-        "boolean": "true or false", "array": "a list", "object": "an object", "null": "null",
-    }
-    if isinstance(kind, list):
-        return " or ".join(words.get(str(k), str(k)) for k in kind)
-    base = words.get(str(kind), "a valid value") if kind else "a valid value"
-    bounds = _bounds(schema)
-    if kind == "array" and isinstance(schema.get("items"), Mapping):
-        inner = describe(schema["items"])
-        if inner != "a valid value":
-            base = f"a list of {_plural(inner)}"
-    return " ".join([base, *bounds])
+    return None
+
+
+def _list_words(items: Mapping[str, Any], base: str) -> str:
+    """``a list of integers`` when the items say something, else the plain ``base``."""
+    inner = describe(items)
+    return base if inner == "a valid value" else f"a list of {_plural(inner)}"
 
 
 _BOUND_WORDS = (
@@ -176,12 +191,26 @@ def _add_defaults(properties: dict[str, Any], sig: inspect.Signature) -> None:
                 pass
 
 
+def _number_params(schema: Mapping[str, Any]) -> tuple[str, ...]:
+    """The parameters whose schema has a number anywhere (or a ``$ref`` that may hold one):
+    only there can pydantic have widened an int the model sent."""
+    props = schema.get("properties", {})
+    return tuple(name for name, prop in props.items()
+                 if '"number"' in repr(prop).replace("'", '"') or "$ref" in repr(prop))
+
+
 class PydanticValidator:
     """Validator derived from a function signature (one cached pydantic TypeAdapter)."""
 
     __slots__ = ("_adapter", "_numbers", "_tool", "_validate", "fast_validate", "list_params",
                  "open_validate", "params", "plain_validate", "plain_validate_json", "required",
                  "schema")
+
+    #: Validates plain arguments, refuses the rest (raises): see :func:`_plain_schema`.
+    plain_validate: Callable[[dict[str, Any]], dict[str, Any]] | None
+    plain_validate_json: Callable[[str], dict[str, Any]] | None
+    open_validate: Callable[[dict[str, Any]], dict[str, Any]] | None
+    list_params: tuple[str, ...]
 
     def __init__(self, tool: str, fn: Callable[..., Any], *, skip: set[str]) -> None:
         self._tool = tool
@@ -199,34 +228,36 @@ class PydanticValidator:
         self.schema = _clean_schema(self._adapter.json_schema())
         #: pydantic turns an int sent for a ``float`` into a float; the tool gets what was
         #: sent.  Only parameters whose schema has a number anywhere need that walk.
-        props = self.schema.get("properties", {})
-        numbers = tuple(name for name, prop in props.items()
-                        if '"number"' in repr(prop).replace("'", '"') or "$ref" in repr(prop))
+        numbers = _number_params(self.schema)
         self._numbers = numbers
         self.fast_validate: Callable[[dict[str, Any]], dict[str, Any]] = (
             self._validate_kept if numbers else raw_validate)
-        #: Validates plain arguments, refuses the rest (raises): see :func:`_plain_schema`.
-        plain = _plain_schema(self._adapter.core_schema)
-        twin = None if plain is None else pydantic_core.SchemaValidator(plain)
-        self.plain_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = (
-            None if twin is None else twin.validate_python)
-        self.plain_validate_json: Callable[[str], dict[str, Any]] | None = (
-            None if twin is None else twin.validate_json)
-        #: The twin that drops keys it does not know instead of refusing them (a quarter
-        #: faster: pydantic-core looks no key up twice).  Its caller compares counts (see
-        #: ``_validated_plain`` in the pipeline): a result with fewer keys is no answer.
-        #: JSON text has no count to compare with, so it goes to the strict twin.
-        opened = None if plain is None else pydantic_core.SchemaValidator(_opened(plain))
-        self.open_validate: Callable[[dict[str, Any]], dict[str, Any]] | None = (
-            None if opened is None else opened.validate_python)
-        self.list_params: tuple[str, ...] = () if plain is None else tuple(
-            name for name, field in plain["fields"].items() if _holds_list(field["schema"]))
-        self.schema.pop("additionalProperties", None) if extra_allowed else None
-        if not extra_allowed:
+        self._set_twins(_plain_schema(self._adapter.core_schema))
+        if extra_allowed:
+            self.schema.pop("additionalProperties", None)
+        else:
             self.schema["additionalProperties"] = False
         _add_defaults(self.schema["properties"], sig)
         self.params = tuple(fields)
         self.required = frozenset(n for n, f in fields.items() if get_origin(f) is Required)
+
+    def _set_twins(self, plain: dict[str, Any] | None) -> None:
+        """The strict twin's entry points (see :func:`_plain_schema`), all ``None`` for a tool
+        whose arguments are not all plain JSON values."""
+        if plain is None:
+            self.plain_validate = self.plain_validate_json = self.open_validate = None
+            self.list_params = ()
+            return
+        twin = pydantic_core.SchemaValidator(plain)
+        self.plain_validate = twin.validate_python
+        self.plain_validate_json = twin.validate_json
+        #: The twin that drops keys it does not know instead of refusing them (a quarter
+        #: faster: pydantic-core looks no key up twice).  Its caller compares counts (see
+        #: ``_validated_plain`` in the pipeline): a result with fewer keys is no answer.
+        #: JSON text has no count to compare with, so it goes to the strict twin.
+        self.open_validate = pydantic_core.SchemaValidator(_opened(plain)).validate_python
+        self.list_params = tuple(
+            name for name, field in plain["fields"].items() if _holds_list(field["schema"]))
 
     def _validate_kept(self, args: dict[str, Any]) -> dict[str, Any]:
         """Validated arguments with the numbers the model sent (raises pydantic's
@@ -256,11 +287,8 @@ class PydanticValidator:
         return [self._problem(err) for err in exc.errors(include_url=False)]
 
     def _problem(self, err: Any) -> ArgumentProblem:
-        loc = [str(p) for p in err.get("loc", ())]
-        param = loc[0] if loc else "arguments"
-        where = ".".join(loc) if loc else "arguments"
-        prop = self.schema["properties"].get(param, {})
-        expected = describe(prop) if isinstance(prop, Mapping) else "a valid value"
+        param, where = error_place(err)
+        expected = expected_words(self.schema["properties"].get(param, {}))
         kind = err.get("type", "")
         if kind == "missing":
             return ArgumentProblem(
@@ -286,6 +314,18 @@ class PydanticValidator:
             param, "constraint" if constraint else "type", f"{where} {message}", expected,
             f"call {self._tool} again with {param} as {expected}",
         )
+
+
+def error_place(err: Mapping[str, Any]) -> tuple[str, str]:
+    """A pydantic error's parameter (the first step of its location) and its whole dotted
+    location (``dates.0``); ``arguments`` for both when it has none."""
+    loc = [str(p) for p in err.get("loc", ())]
+    return (loc[0], ".".join(loc)) if loc else ("arguments", "arguments")
+
+
+def expected_words(prop: Any) -> str:
+    """What a parameter's schema expects, in words (``a valid value`` without a schema)."""
+    return describe(prop) if isinstance(prop, Mapping) else "a valid value"
 
 
 class JsonSchemaValidator:
@@ -425,32 +465,57 @@ def _plain_value(schema: Mapping[str, Any], share: int) -> dict[str, Any] | None
 
 
 def _plain_scalar(schema: Mapping[str, Any], chars: int) -> dict[str, Any] | None:
-    kind = schema.get("type")
-    if kind == "str":
-        return {**schema, "strict": True,
-                "max_length": min(schema.get("max_length", chars), chars)}
-    if kind == "float":
-        if not set(schema) <= _NUMBER_BOUNDS | {"type", "metadata", "strict"}:
-            return None
-        # An int is taken as it was sent, within the same bounds (the tool's validator keeps
-        # an int a float holds exactly: see _keep_sent).  Numbers beyond 2**53, where that
-        # depends on the int, are left to the usual validation.
-        bounds = {k: v for k, v in schema.items() if k in _NUMBER_BOUNDS}
-        exact_int = {"type": "int", "strict": True, **bounds,
-                     "ge": max(bounds.get("ge", -_EXACT_INT), -_EXACT_INT),
-                     "le": min(bounds.get("le", _EXACT_INT), _EXACT_INT)}
-        # (strictly within: a bigger int sent here would be rounded to 2**53 first)
-        number = {**schema, "strict": True, "gt": max(bounds.get("gt", -_EXACT_INT), -_EXACT_INT),
-                  "lt": min(bounds.get("lt", _EXACT_INT), _EXACT_INT)}
-        return {"type": "union", "mode": "left_to_right", "choices": [exact_int, number]}
-    if kind in ("int", "bool"):
-        return {**schema, "strict": True}
-    if kind == "none":
-        return dict(schema)
-    if kind == "literal" and all(type(v) in (str, int, bool, type(None))
-                                 for v in schema.get("expected", ())):
+    """One scalar's strict schema (a string bounded to ``chars``), or ``None`` when it is
+    not plain JSON."""
+    strict = _PLAIN_SCALARS.get(schema.get("type"))
+    return None if strict is None else strict(schema, chars)
+
+
+def _plain_str(schema: Mapping[str, Any], chars: int) -> dict[str, Any]:
+    """A string, strict and at most ``chars`` long (its share of ``PLAIN_CHARS``)."""
+    return {**schema, "strict": True, "max_length": min(schema.get("max_length", chars), chars)}
+
+
+def _plain_float(schema: Mapping[str, Any], chars: int) -> dict[str, Any] | None:
+    """A float that takes an int as it was sent, within the same bounds; ``None`` when the
+    schema says more than bounds."""
+    if not set(schema) <= _NUMBER_BOUNDS | {"type", "metadata", "strict"}:
+        return None
+    # An int is taken as it was sent, within the same bounds (the tool's validator keeps
+    # an int a float holds exactly: see _keep_sent).  Numbers beyond 2**53, where that
+    # depends on the int, are left to the usual validation.
+    bounds = {k: v for k, v in schema.items() if k in _NUMBER_BOUNDS}
+    exact_int = {"type": "int", "strict": True, **bounds,
+                 "ge": max(bounds.get("ge", -_EXACT_INT), -_EXACT_INT),
+                 "le": min(bounds.get("le", _EXACT_INT), _EXACT_INT)}
+    # (strictly within: a bigger int sent here would be rounded to 2**53 first)
+    number = {**schema, "strict": True, "gt": max(bounds.get("gt", -_EXACT_INT), -_EXACT_INT),
+              "lt": min(bounds.get("lt", _EXACT_INT), _EXACT_INT)}
+    return {"type": "union", "mode": "left_to_right", "choices": [exact_int, number]}
+
+
+def _plain_strict(schema: Mapping[str, Any], chars: int) -> dict[str, Any]:
+    """An int or a bool, strict: no ``"3"`` for 3, no 1 for true."""
+    return {**schema, "strict": True}
+
+
+def _plain_none(schema: Mapping[str, Any], chars: int) -> dict[str, Any]:
+    """``None`` only: nothing to tighten."""
+    return dict(schema)
+
+
+def _plain_literal(schema: Mapping[str, Any], chars: int) -> dict[str, Any] | None:
+    """A literal of JSON scalars (not of enum members or other objects), as it is."""
+    if all(type(v) in (str, int, bool, type(None)) for v in schema.get("expected", ())):
         return dict(schema)
     return None
+
+
+#: The strict schema of each plain scalar type, by its pydantic-core ``type``.
+_PLAIN_SCALARS: dict[Any, Callable[[Mapping[str, Any], int], dict[str, Any] | None]] = {
+    "str": _plain_str, "float": _plain_float, "int": _plain_strict, "bool": _plain_strict,
+    "none": _plain_none, "literal": _plain_literal,
+}
 
 
 def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:
@@ -466,13 +531,25 @@ def _keep_sent(sent: Any, validated: Any, depth: int = 0) -> Any:
         return validated
     if kind is dict and type(sent) is dict:
         return _keep_sent_dict(sent, validated, depth)
-    if kind in (list, tuple) and isinstance(sent, (list, tuple)) \
-            and len(sent) == len(validated) and (kind is tuple or type(sent) is list):
-        items = [_keep_sent(a, b, depth + 1) for a, b in zip(sent, validated, strict=True)]
-        if kind is tuple:
-            return tuple(items)
-        return validated if all(x is y for x, y in zip(items, validated, strict=True)) else items
+    if _item_for_item(sent, validated, kind):
+        return _keep_sent_items(sent, validated, depth)
     return validated
+
+
+def _item_for_item(sent: Any, validated: Any, kind: type) -> bool:
+    """Whether ``validated`` is a list or tuple made from ``sent`` item by item (a tuple may
+    have been sent as a list; a list only as a list)."""
+    return kind in (list, tuple) and isinstance(sent, (list, tuple)) \
+        and len(sent) == len(validated) and (kind is tuple or type(sent) is list)
+
+
+def _keep_sent_items(sent: list[Any] | tuple[Any, ...],
+                     validated: list[Any] | tuple[Any, ...], depth: int) -> Any:
+    """:func:`_keep_sent` item by item; the validated list itself when no item changed."""
+    items = [_keep_sent(a, b, depth + 1) for a, b in zip(sent, validated, strict=True)]
+    if type(validated) is tuple:
+        return tuple(items)
+    return validated if all(x is y for x, y in zip(items, validated, strict=True)) else items
 
 
 def _keep_sent_dict(sent: dict[str, Any], validated: dict[str, Any], depth: int) -> Any:

@@ -51,40 +51,55 @@ def alternatives_from(
     return tuple(out)
 
 
+_ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters|Params)\s*:?\s*$")
+_OTHER_HEADER = re.compile(r"^(Returns?|Raises|Yields|Examples?|Notes?)\s*:?\s*$")
+_SPHINX_PARAM = re.compile(r"^:param\s+(?:\S+\s+)?(\w+):\s*(.*)$")
+_ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """The description and per-parameter docs from a Google/NumPy/Sphinx-style docstring."""
     if not doc:
         return "", {}
-    text = inspect.cleandoc(doc)
     params: dict[str, str] = {}
     desc_lines: list[str] = []
     section = None
-    for line in text.splitlines():
+    for line in inspect.cleandoc(doc).splitlines():
         stripped = line.strip()
-        if re.match(r"^(Args|Arguments|Parameters|Params)\s*:?\s*$", stripped):
-            section = "args"
+        header = _section_of(stripped)
+        if header is not None:
+            section = header
             continue
-        if re.match(r"^(Returns?|Raises|Yields|Examples?|Notes?)\s*:?\s*$", stripped):
-            section = "other"
-            continue
-        sphinx = re.match(r"^:param\s+(?:\S+\s+)?(\w+):\s*(.*)$", stripped)
-        if sphinx:
+        sphinx = _SPHINX_PARAM.match(stripped)
+        if sphinx:  # ``:param name: words`` belongs to no section
             params[sphinx.group(1)] = sphinx.group(2)
-            continue
-        if section == "args":
-            m = re.match(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$", stripped)
-            if m and line.startswith((" ", "\t")) is not None:
-                params[m.group(1).lstrip("*")] = m.group(2)
-                last = m.group(1).lstrip("*")
-                continue
-            if stripped and params:
-                last = list(params)[-1]
-                params[last] = f"{params[last]} {stripped}".strip()
-            continue
-        if section is None and not stripped.startswith(":"):
+        elif section == "args":
+            _read_arg_line(stripped, params)
+        elif section is None and not stripped.startswith(":"):
             desc_lines.append(line)
     description = " ".join(" ".join(desc_lines).split())
     return description, params
+
+
+def _section_of(stripped: str) -> str | None:
+    """``"args"`` or ``"other"`` for a section heading (``Args:``, ``Returns:``), else None:
+    the heading decides where the lines below it belong."""
+    if _ARGS_HEADER.match(stripped):
+        return "args"
+    if _OTHER_HEADER.match(stripped):
+        return "other"
+    return None
+
+
+def _read_arg_line(stripped: str, params: dict[str, str]) -> None:
+    """A line of an ``Args:`` section: a parameter's first line (``name (type): words``), or
+    more words for the parameter above it (a wrapped description)."""
+    m = _ARG_LINE.match(stripped)
+    if m:
+        params[m.group(1).lstrip("*")] = m.group(2)
+    elif stripped and params:
+        last = list(params)[-1]
+        params[last] = f"{params[last]} {stripped}".strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +193,48 @@ def _key_function(
     return from_fields
 
 
+#: A tool name: 1-64 letters, digits, ``_ . -``, starting with a letter or ``_``.
+_TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+
+
+def _tool_name(fn: Callable[..., Any], name: str | None) -> str:
+    """The name the model calls ``fn`` by (given, else the function's own), if providers
+    accept it."""
+    if not callable(fn):
+        raise ConfigurationError(f"tool {name!r} is not callable")
+    tool_name = name or getattr(fn, "__name__", None)
+    if not tool_name or not _TOOL_NAME.match(tool_name):
+        raise ConfigurationError(f"tool name {tool_name!r} must be 1-64 letters, digits, _ . -")
+    return tool_name
+
+
+def _check_declaration(tool_name: str, *, side_effect: bool,
+                       postcondition: Postcondition | None, timeout: float | None,
+                       cost: float) -> None:
+    """Refuse options that contradict each other or could never hold, at registration
+    rather than at the first call."""
+    if postcondition is not None and not side_effect:
+        raise ConfigurationError(f"{tool_name}: postcondition= only applies with side_effect=True")
+    if timeout is not None and timeout <= 0:
+        raise ConfigurationError(f"{tool_name}: timeout must be positive")
+    if cost < 0:
+        raise ConfigurationError(f"{tool_name}: cost must not be negative")
+
+
+def _validator_for(tool_name: str, fn: Callable[..., Any], schema: Mapping[str, Any] | None,
+                   ctx: set[str], param_docs: dict[str, str]) -> ArgumentValidator:
+    """The given JSON Schema's validator, else one from the signature, its parameters
+    described by the docstring where their hints say nothing (the model reads both)."""
+    if schema is not None:
+        return JsonSchemaValidator(tool_name, schema)
+    validator = PydanticValidator(tool_name, fn, skip=ctx)
+    props = validator.schema.get("properties", {})
+    for pname, pdoc in param_docs.items():
+        if pname in props and "description" not in props[pname]:
+            props[pname]["description"] = pdoc
+    return validator
+
+
 def build_spec(
     fn: Callable[..., Any],
     *,
@@ -196,28 +253,12 @@ def build_spec(
     error_result: ErrorDetector | None,
 ) -> ToolSpec:
     """Resolve a tool declaration once; raises ``ConfigurationError`` for contradictions."""
-    if not callable(fn):
-        raise ConfigurationError(f"tool {name!r} is not callable")
-    tool_name = name or getattr(fn, "__name__", None)
-    if not tool_name or not re.match(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$", tool_name):
-        raise ConfigurationError(f"tool name {tool_name!r} must be 1-64 letters, digits, _ . -")
-    if postcondition is not None and not side_effect:
-        raise ConfigurationError(f"{tool_name}: postcondition= only applies with side_effect=True")
-    if timeout is not None and timeout <= 0:
-        raise ConfigurationError(f"{tool_name}: timeout must be positive")
-    if cost < 0:
-        raise ConfigurationError(f"{tool_name}: cost must not be negative")
+    tool_name = _tool_name(fn, name)
+    _check_declaration(tool_name, side_effect=side_effect, postcondition=postcondition,
+                       timeout=timeout, cost=cost)
     doc_desc, param_docs = parse_docstring(inspect.getdoc(fn))
     ctx = context_params(fn, ToolContext)
-    validator: ArgumentValidator
-    if schema is not None:
-        validator = JsonSchemaValidator(tool_name, schema)
-    else:
-        validator = PydanticValidator(tool_name, fn, skip=ctx)
-        props = validator.schema.get("properties", {})
-        for pname, pdoc in param_docs.items():
-            if pname in props and "description" not in props[pname]:
-                props[pname]["description"] = pdoc
+    validator = _validator_for(tool_name, fn, schema, ctx, param_docs)
     key_fn = _key_function(idempotency_key, tool_name)
     return ToolSpec(
         name=tool_name,

@@ -96,6 +96,21 @@ def scope_for(guard: Guard, conversation: str | None, messages: Any,
     return scopes.scope(guard, conversation, users)
 
 
+def first_call_id(messages: Any, calls: Iterable[tuple[Any, Any, Any]],
+                  ids_in: Callable[[Any], Iterable[Any]]) -> str | None:
+    """The anchor a conversation is named by (see :func:`scope_for`): the first tool call id
+    in ``messages`` (``ids_in`` reads a message's, in order), else this turn's first."""
+    if messages is not None and not isinstance(messages, (str, bytes)):
+        for message in messages:
+            for found in ids_in(message):
+                if found:
+                    return str(found)
+    for _, _, cid in calls:
+        if cid:
+            return str(cid)
+    return None
+
+
 def get(obj: Any, key: str) -> Any:
     """A field of an SDK object or of its dict form."""
     return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)

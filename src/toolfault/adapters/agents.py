@@ -77,38 +77,59 @@ class _Runs:
         self.serial = 0
 
     def scope(self, ctx: ToolContext[Any]) -> Guard:
+        """The scope ``ctx``'s call counts in: its run's (or its conversation's, where one
+        is named), a new turn of it for each new run."""
         # The run's Usage object is shared by every tool context of one run, and only by it.
         run = getattr(ctx, "usage", None)
-        try:
-            run_ref: weakref.ReferenceType[Any] | None = weakref.ref(run)
-        except TypeError:
-            run_ref = None
-        key: Any = None
-        if self.conversation is not None:
-            named = self.conversation(ctx)
-            key = None if named is None else ("conversation", str(named))
-        if key is None:
-            key = ("run", id(run))
+        run_ref = _weak(run)
+        key = self._key(ctx, run)
         with self.lock:
-            entry = self.scopes.get(key)
-            if entry is not None and key[0] == "run" and (
-                    entry[1] is None or entry[1]() is not run):
-                entry = None  # an id reused by a later run
+            entry = self._live(key, run)
             if entry is None:
-                self.serial += 1
-                label = (f"conversation-{key[1]}" if key[0] == "conversation"
-                         else f"run-{self.serial}")
-                scoped = self.guard.scoped(f"{self.guard.task_id}/{label}")
-                self.scopes[key] = (scoped, run_ref)
-                while len(self.scopes) > MAX_SCOPES:
-                    self.scopes.popitem(last=False)
-                return scoped
+                return self._new_scope(key, run_ref)
             scoped, seen = entry
             self.scopes.move_to_end(key)
             if seen is None or seen() is not run:
                 scoped.new_turn()  # the conversation's next run
                 self.scopes[key] = (scoped, run_ref)
             return scoped
+
+    def _key(self, ctx: ToolContext[Any], run: Any) -> tuple[str, Any]:
+        """The conversation ``conversation(ctx)`` names, else the run itself."""
+        if self.conversation is not None:
+            named = self.conversation(ctx)
+            if named is not None:
+                return ("conversation", str(named))
+        return ("run", id(run))
+
+    def _live(self, key: tuple[str, Any], run: Any
+              ) -> tuple[Guard, weakref.ReferenceType[Any] | None] | None:
+        """The key's entry, unless it is a run's and that run is gone (its id reused by a
+        later run): then it is none."""
+        entry = self.scopes.get(key)
+        if entry is not None and key[0] == "run" and (entry[1] is None or entry[1]() is not run):
+            return None
+        return entry
+
+    def _new_scope(self, key: tuple[str, Any], run_ref: weakref.ReferenceType[Any] | None
+                   ) -> Guard:
+        """A fresh scope for the key, the oldest dropped past ``MAX_SCOPES``."""
+        self.serial += 1
+        label = f"conversation-{key[1]}" if key[0] == "conversation" else f"run-{self.serial}"
+        scoped = self.guard.scoped(f"{self.guard.task_id}/{label}")
+        self.scopes[key] = (scoped, run_ref)
+        while len(self.scopes) > MAX_SCOPES:
+            self.scopes.popitem(last=False)
+        return scoped
+
+
+def _weak(run: Any) -> weakref.ReferenceType[Any] | None:
+    """A weak reference to the run (``None`` where it takes none): a finished run is not
+    kept alive by its scope."""
+    try:
+        return weakref.ref(run)
+    except TypeError:
+        return None
 
 
 def function_tools(guard: Guard, *, conversation: Conversation | None = None

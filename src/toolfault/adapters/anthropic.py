@@ -15,11 +15,11 @@ not own are left out for your code, unless ``others="answer"``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolfault._result import ToolResult
-from toolfault.adapters._loop import Others, ToolOutputs, owned, scope_for
+from toolfault.adapters._loop import Others, ToolOutputs, first_call_id, owned, scope_for
 
 if TYPE_CHECKING:
     from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam
@@ -90,18 +90,17 @@ def _name(call: _Call) -> str:
 
 def _anchor(messages: Any, calls: list[_Call]) -> str | None:
     """The conversation's first ``tool_use`` id: in ``messages``, else this turn's first."""
-    if messages is not None and not isinstance(messages, (str, bytes)):
-        for message in messages:
-            if _get(message, "role") != "assistant":
-                continue
-            content = _get(message, "content")
-            for block in () if isinstance(content, str) or content is None else content:
-                if _get(block, "type") == "tool_use" and _get(block, "id"):
-                    return str(_get(block, "id"))
-    for _, _, cid in calls:
-        if cid:
-            return str(cid)
-    return None
+    return first_call_id(messages, calls, _tool_use_ids)
+
+
+def _tool_use_ids(message: Any) -> Iterator[Any]:
+    """The ids of an assistant message's ``tool_use`` blocks (the others have none)."""
+    if _get(message, "role") != "assistant":
+        return
+    content = _get(message, "content")
+    for block in () if isinstance(content, str) or content is None else content:
+        if _get(block, "type") == "tool_use":
+            yield _get(block, "id")
 
 
 def _is_user(message: Any) -> bool:

@@ -326,32 +326,49 @@ def to_call_tool_result(result: ToolResult, guard: Guard | None = None, *,
     (images, resources) pass through, their text redacted with ``guard``'s secrets.
     """
     if not result.ok:
-        problem = result.data if isinstance(result.data, dict) else None
-        if problem is not None and output_schema is not None and not _fits(problem,
-                                                                             output_schema):
-            problem = None
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=result.text)],
-            structured_content=problem,
-            is_error=True,
-        ).model_copy(update={"meta": {ERROR_META_KEY: failure_meta(result)}})
+        return _failure_result(result, output_schema)
     blocks = _content_of(result.data)
     if blocks is not None:
-        if guard is not None:
-            blocks = [b.model_copy(update={"text": guard.redactor.secrets(b.text)})
-                      if isinstance(b, types.TextContent) else b for b in blocks]
-        return types.CallToolResult(content=blocks)
-    structured: dict[str, Any] | None = None
-    if isinstance(result.data, Mapping):
-        try:
-            parsed = json.loads(result.text)  # the redacted, JSON-safe rendering of the value
-        except ValueError:
-            parsed = None
-        structured = parsed if isinstance(parsed, dict) else None
+        return types.CallToolResult(content=_redacted_blocks(blocks, guard))
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=result.text)],
-        structured_content=structured,
+        structured_content=_structured(result),
     )
+
+
+def _failure_result(result: ToolResult, output_schema: Mapping[str, Any] | None
+                    ) -> types.CallToolResult:
+    """A failure as MCP sends it: the text, the problem dict where the tool's output schema
+    lets it through, the failure fields in ``_meta`` (see :func:`to_call_tool_result`)."""
+    problem = result.data if isinstance(result.data, dict) else None
+    if problem is not None and output_schema is not None and not _fits(problem, output_schema):
+        problem = None
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=result.text)],
+        structured_content=problem,
+        is_error=True,
+    ).model_copy(update={"meta": {ERROR_META_KEY: failure_meta(result)}})
+
+
+def _redacted_blocks(blocks: list[ContentBlock], guard: Guard | None) -> list[ContentBlock]:
+    """Content blocks a tool returned, their text redacted with ``guard``'s secrets (the
+    guard only redacted the value it rendered as text)."""
+    if guard is None:
+        return blocks
+    return [b.model_copy(update={"text": guard.redactor.secrets(b.text)})
+            if isinstance(b, types.TextContent) else b for b in blocks]
+
+
+def _structured(result: ToolResult) -> dict[str, Any] | None:
+    """A successful value as ``structured_content``: a JSON object only, read back from the
+    text (the redacted, JSON-safe rendering of the value)."""
+    if not isinstance(result.data, Mapping):
+        return None
+    try:
+        parsed = json.loads(result.text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _fits(value: Any, schema: Mapping[str, Any]) -> bool:

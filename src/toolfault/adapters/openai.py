@@ -22,11 +22,11 @@ tools, custom free-form tools) are left out for your code to answer, unless
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolfault._result import ToolResult
-from toolfault.adapters._loop import Others, ToolOutputs, owned, scope_for
+from toolfault.adapters._loop import Others, ToolOutputs, first_call_id, owned, scope_for
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionToolMessageParam, ChatCompletionToolParam
@@ -141,22 +141,18 @@ def _name(call: _Call) -> str:
 
 def _anchor(messages: Any, calls: list[_Call]) -> str | None:
     """The conversation's first tool call id: in ``messages``, else this turn's first."""
-    if messages is not None and not isinstance(messages, (str, bytes)):
-        for message in messages:
-            if isinstance(message, str):
-                continue
-            if _get(message, "type") in ("function_call", "custom_tool_call"):
-                found = _get(message, "call_id")
-                if found:
-                    return str(found)
-            for item in _get(message, "tool_calls") or ():
-                found = _get(item, "id")
-                if found:
-                    return str(found)
-    for _, _, cid in calls:
-        if cid:
-            return str(cid)
-    return None
+    return first_call_id(messages, calls, _call_ids)
+
+
+def _call_ids(message: Any) -> Iterator[Any]:
+    """The call ids a Chat message (its ``tool_calls``) or a Responses item (a function or
+    custom tool call) carries, in order."""
+    if isinstance(message, str):
+        return
+    if _get(message, "type") in ("function_call", "custom_tool_call"):
+        yield _get(message, "call_id")
+    for item in _get(message, "tool_calls") or ():
+        yield _get(item, "id")
 
 
 def _is_user(message: Any) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 from toolfault._errors import ToolError
 from toolfault._guard import Guard
-from toolfault._schema import describe
+from toolfault._schema import error_place, expected_words
 from toolfault.adapters._extras import missing_extra
 from toolfault.adapters._hosted import ScopeRegistry, register
 
@@ -154,12 +154,9 @@ def _invalid(name: str, exc: ValidationError, schema: Mapping[str, Any]) -> Tool
     """The first argument Pydantic rejected, in the guard's words (reason, param, next action)."""
     errors = exc.errors(include_url=False)
     err: Mapping[str, Any] = errors[0] if errors else {}
-    loc = [str(p) for p in err.get("loc", ())]
-    param = loc[0] if loc else "arguments"
-    where = ".".join(loc) if loc else "arguments"
+    param, where = error_place(err)
     props = schema.get("properties") or {}
-    prop = props.get(param) if isinstance(props, Mapping) else None
-    expected = describe(prop) if isinstance(prop, Mapping) else "a valid value"
+    expected = expected_words(props.get(param) if isinstance(props, Mapping) else None)
     kind = err.get("type", "")
     if kind == "missing":
         return ToolError("invalid_argument", f"{where} is required ({expected})", param=param,
