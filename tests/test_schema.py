@@ -288,3 +288,17 @@ def spec_took_the_text(guard: Guard, name: str, text: str) -> bool:
     """Whether the tool's twin validates ``text`` (so the test runs the path it means to)."""
     validate = guard._shared.tools[name].plain_validate_json
     return validate is not None and validate(text) == {"names": ["a", "b"], "label": "x"}
+
+
+def test_the_strict_twin_takes_no_decimal_where_a_float_is_declared() -> None:
+    """pydantic-core's strict float takes a ``Decimal`` from Python; the twin must not (a
+    Decimal is no JSON value, so its fingerprint is decided the usual way)."""
+    from decimal import Decimal
+
+    spec = _guard()._shared.tools["_rich"]
+    assert spec.plain_validate is not None
+    valid = {"origin": "SFO", "stops": 1, "price": 10.5, "tags": [], "weights": [0.5]}
+    assert spec.plain_validate(valid)["price"] == 10.5
+    for odd in ({**valid, "price": Decimal("0.00")}, {**valid, "weights": [Decimal("1.5")]}):
+        with pytest.raises(pydantic.ValidationError):
+            spec.plain_validate(odd)

@@ -491,7 +491,10 @@ def _plain_float(schema: Mapping[str, Any], chars: int) -> dict[str, Any] | None
     # (strictly within: a bigger int sent here would be rounded to 2**53 first)
     number = {**schema, "strict": True, "gt": max(bounds.get("gt", -_EXACT_INT), -_EXACT_INT),
               "lt": min(bounds.get("lt", _EXACT_INT), _EXACT_INT)}
-    return {"type": "union", "mode": "left_to_right", "choices": [exact_int, number]}
+    # A strict float still takes a Decimal from Python (pydantic-core 2.50): only a float is.
+    a_float = {"type": "json-or-python", "json_schema": number, "python_schema": {
+        "type": "chain", "steps": [{"type": "is-instance", "cls": float}, number]}}
+    return {"type": "union", "mode": "left_to_right", "choices": [exact_int, a_float]}
 
 
 def _plain_strict(schema: Mapping[str, Any], chars: int) -> dict[str, Any]:
