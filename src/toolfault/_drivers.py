@@ -139,8 +139,7 @@ def _bounded(rt: Runtime, fn: Callable[..., Any], kwargs: dict[str, Any], limit:
     except concurrent.futures.TimeoutError:
         if future.done():  # the tool's own TimeoutError, or an answer just in time
             return future.result()
-        if not future.cancel():
-            call.orphan = future  # it started and is still running: it may yet land
+        _orphan_unless_cancelled(call, future)  # still running, it may yet land
         raise TimeoutError(f"{name} timed out after {limit:.3g}s") from None
 
 
@@ -225,6 +224,8 @@ def _as_tool_error(exc: BaseException) -> RuntimeError:
 
 
 async def _attempt_async(rt: Runtime, call: _Call) -> Any:
+    """One attempt within the call's time left: an async tool awaited here, a sync one in a
+    worker thread (and an awaitable it returns awaited after it)."""
     spec = call.spec
     assert spec is not None
     call.attempts += 1
@@ -234,31 +235,50 @@ async def _attempt_async(rt: Runtime, call: _Call) -> Any:
     if limit is not None and limit <= 0:
         raise TimeoutError(f"{spec.name} ran out of time")
     if spec.is_async:
-        try:
-            if limit is None:
-                return await spec.fn(**kwargs)
-            return await _wait_for(spec.fn(**kwargs), limit)
-        except TimeoutError:
-            raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
+        return await _await_tool(spec, kwargs, limit)
+    value = await _await_thread(rt, call, kwargs, limit)
+    if hasattr(value, "__await__"):
+        value = await _wait_for(value, rt.pipeline.attempt_limit(call, spec.timeout))
+    return value
+
+
+async def _await_tool(spec: ToolSpec, kwargs: dict[str, Any], limit: float | None) -> Any:
+    """An async tool's body, awaited on the caller's task within ``limit``."""
+    try:
+        if limit is None:
+            return await spec.fn(**kwargs)
+        return await _wait_for(spec.fn(**kwargs), limit)
+    except TimeoutError:
+        raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
+
+
+async def _await_thread(rt: Runtime, call: _Call, kwargs: dict[str, Any],
+                        limit: float | None) -> Any:
+    """A sync tool's body in a worker thread, awaited within ``limit``; a thread that
+    cannot be stopped is left to run as the call's orphan."""
+    spec = call.spec
+    assert spec is not None
     context = contextvars.copy_context()
     future = rt.workers.pool("tools" if spec.timeout is not None else "async").submit(
         context.run, _in_thread, spec.fn, kwargs)
     try:
-        value = await _wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
+        return await _wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
     except TimeoutError:
         if future.done():  # the tool's own TimeoutError
             raise
-        if not future.cancel():
-            call.orphan = future
+        _orphan_unless_cancelled(call, future)
         raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
     except asyncio.CancelledError:
         # The caller gave up, the thread did not: the key stays held until it ends.
-        if not future.cancel():
-            call.orphan = future
+        _orphan_unless_cancelled(call, future)
         raise
-    if hasattr(value, "__await__"):
-        value = await _wait_for(value, rt.pipeline.attempt_limit(call, spec.timeout))
-    return value
+
+
+def _orphan_unless_cancelled(call: _Call, future: concurrent.futures.Future[Any]) -> None:
+    """A thread that already started cannot be cancelled: it becomes the call's orphan,
+    and its idempotency key stays held until it ends."""
+    if not future.cancel():
+        call.orphan = future
 
 
 async def _postcondition_async(rt: Runtime, call: _Call) -> Outcome | None:

@@ -88,16 +88,22 @@ class Effects:
         entry = self._store.ledger_entry(self._scope.task_id, call.idem)
         if entry is None:
             return None
-        if self._explicit(call) and entry.at + self._settings.idempotency_retention > time.time():
-            if self._conflicts(call, entry):
-                return entry  # the key was used with other arguments: a conflict
-            if entry.effect is Outcome.APPLIED and entry.told == "ok":
-                return entry  # an explicit key's success: replayed, never run again
-        if entry.effect is Outcome.NO_EFFECT:
-            return None
-        if entry.effect is Outcome.APPLIED and entry.told == "ok":
+        if self._answered_by_key(call, entry):
+            return entry
+        if entry.effect is Outcome.NO_EFFECT or _succeeded(entry):
             return None  # a confirmed success: a new identical call is a new action
         return entry
+
+    def _answered_by_key(self, call: _Call, entry: LedgerEntry) -> bool:
+        """An explicit key's retained entry that :meth:`_keyed` answers: the key used with
+        other arguments (a conflict), or its success (replayed, never run again)."""
+        if not self._explicit(call) or not self._retained(entry):
+            return False
+        return self._conflicts(call, entry) or _succeeded(entry)
+
+    def _retained(self, entry: LedgerEntry) -> bool:
+        """Whether an explicit key's entry is recent enough to answer for it."""
+        return entry.at + self._settings.idempotency_retention > time.time()
 
     def _explicit(self, call: _Call) -> bool:
         """The tool declared its idempotency key (fields or a function): Stripe's meaning."""
@@ -119,7 +125,7 @@ class Effects:
     def _keyed(self, call: _Call, entry: LedgerEntry) -> ToolResult | None:
         """An explicit key's answer from its retained entry: a conflict when it was used with
         other arguments, the recorded result (a replay) after a success; ``None`` otherwise."""
-        retained = entry.at + self._settings.idempotency_retention > time.time()
+        retained = self._retained(entry)
         if not self._explicit(call) or not retained:
             return None
         if self._conflicts(call, entry):
@@ -128,7 +134,7 @@ class Effects:
                 self._catalog.get("idempotency_conflict"),
                 f"this idempotency key was already used for a {call.name} call with other "
                 "arguments; nothing was run"), count=False)
-        if entry.effect is Outcome.APPLIED and entry.told == "ok":
+        if _succeeded(entry):
             return self._replay(call, entry)
         return None
 
@@ -161,14 +167,24 @@ class Effects:
         if early is not None:
             return early
         if not call.held:
-            pending = self._peek(call)
-            keyed = None if pending is None else self._keyed(call, pending)
-            if keyed is not None:
-                return keyed
-            if pending is not None and (yield from self._check(call, pending)) \
-                    is Outcome.APPLIED:
-                return self._applied_meanwhile(call, pending)
+            return (yield from self._not_holding(call))
+        return (yield from self._holding(call))
+
+    def _not_holding(self, call: _Call) -> Generator[Step, Any, ToolResult]:
+        """Someone else holds the key: answer from what it left; never dispatch."""
+        pending = self._peek(call)
+        if pending is None:
             return self._busy(call)
+        keyed = self._keyed(call, pending)
+        if keyed is not None:
+            return keyed
+        if (yield from self._check(call, pending)) is Outcome.APPLIED:
+            return self._applied_meanwhile(call, pending)
+        return self._busy(call)
+
+    def _holding(self, call: _Call) -> Generator[Step, Any, ToolResult | None]:
+        """The key is ours: verify what an earlier attempt left (reading again when a late
+        answer changed the entry meanwhile), then write the ledger entry and dispatch."""
         early = self._replayed(call)
         if early is not None:
             return early
@@ -409,6 +425,11 @@ class Effects:
             "took effect",
             cause=failure.cause,
         )
+
+
+def _succeeded(entry: LedgerEntry) -> bool:
+    """The entry's effect landed and the model was told so."""
+    return entry.effect is Outcome.APPLIED and entry.told == "ok"
 
 
 class _Swapped:

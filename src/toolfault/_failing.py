@@ -44,39 +44,49 @@ class Failures:
 
     def fail(self, call: _Call, failure: Failure, *, count: bool = True) -> ToolResult:
         """Shape a failure; count it for the fingerprint; the terminal message at the cap."""
-        spec = call.spec
         if failure.param is None:  # inferred once: the record, the words and the moves use it
             failure.param = self._shaper.param_in(call, failure.reason)
-        limit = self._limits.limit_for(failure.failure_class,
-                                   failure.entry.retry_limit or (spec.retry_limit
-                                                                 if spec else None))
-        failures = 0
-        count = count and not call.refused
-        if count and spec is not None and not call.fp:
-            resolve_fp(call, self._scope)
-        if count and call.key is not None:
-            if self._ladder.failure_changed(call, failure):
-                best_effort(self._store.clear_failures, call.key)
-            try:
-                failures = self._store.record_failure(call.key, self._shaper.pack(call, failure),
-                                                   limit)
-            except StateUnavailableError:
-                failures = 0
-            if failures >= limit and self._scope.mode != "enforce":
-                call.shadow["would_be_terminal"] = True
-        if count:
-            blocked = self._ladder.note_failure(call, failure, terminal=failures >= limit)
-            if blocked is not None:
-                if self._scope.mode == "enforce":
-                    return blocked
-                call.shadow["would_block_tool"] = True
+        if not count or call.refused:  # a refusal: worded, never counted
+            return self._shaper.four_part(call, failure, self._shaper.alternatives(call, failure))
+        limit = self._limit(call, failure)
+        failures = self._count(call, failure, limit)
+        blocked = self._ladder.note_failure(call, failure, terminal=failures >= limit)
+        if blocked is not None:
+            if self._scope.mode == "enforce":
+                return blocked
+            call.shadow["would_block_tool"] = True
         alternatives = self._shaper.alternatives(call, failure)
-        if count and failures >= limit and self._scope.mode == "enforce":
+        if failures >= limit and self._scope.mode == "enforce":
             self._emitter.incident(IncidentKind.RETRY_CAP, call.name, failure.code,
-                                f"{failures} identical failing calls (limit {limit})")
+                                   f"{failures} identical failing calls (limit {limit})")
             return self._shaper.terminal(call, failure, failures, alternatives,
-                                      blocked_for=self._limits.block_seconds)
+                                         blocked_for=self._limits.block_seconds)
         return self._shaper.four_part(call, failure, alternatives)
+
+    def _limit(self, call: _Call, failure: Failure) -> int:
+        """The cap of identical failures: the catalog row's, the tool's, else the limits'."""
+        spec = call.spec
+        row_limit = failure.entry.retry_limit or (spec.retry_limit if spec else None)
+        return self._limits.limit_for(failure.failure_class, row_limit)
+
+    def _count(self, call: _Call, failure: Failure, limit: int) -> int:
+        """Record one more identical failure in the store; how many there are now (0 when
+        the call has no key or the store cannot count)."""
+        if call.spec is not None and not call.fp:
+            resolve_fp(call, self._scope)
+        if call.key is None:
+            return 0
+        # A failure worded differently than last time is progress: its count starts over.
+        if self._ladder.failure_changed(call, failure):
+            best_effort(self._store.clear_failures, call.key)
+        try:
+            failures = self._store.record_failure(call.key, self._shaper.pack(call, failure),
+                                                  limit)
+        except StateUnavailableError:
+            failures = 0
+        if failures >= limit and self._scope.mode != "enforce":
+            call.shadow["would_be_terminal"] = True
+        return failures
 
     def fail_unscoped(self, call: _Call, code: str, reason: str) -> ToolResult:
         """A failure before the call could be fingerprinted (bad JSON, absurd arguments)."""

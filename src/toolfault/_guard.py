@@ -67,6 +67,25 @@ _UNSET: Any = object()
 _DEADLINE_GRACE = 1.0
 
 
+def _check_arguments(mode: str, idempotency_retention: float, deadline: float | None
+                     ) -> None:
+    """Refuse a guard misconfigured from the start, before anything is built."""
+    if mode not in ("observe", "shape", "enforce"):
+        raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
+    if not idempotency_retention > 0:
+        raise ConfigurationError("idempotency_retention must be a positive number of seconds")
+    if deadline is not None and not deadline > 0:
+        raise ConfigurationError("deadline must be a positive number of seconds or None")
+
+
+def _merged_catalog(catalog: Catalog | str | Path | None) -> Catalog:
+    """The default catalog with the one given (an object or a file) merged over it."""
+    if isinstance(catalog, (str, Path)):
+        catalog = Catalog.load(catalog)
+    base = Catalog.default()
+    return base.merged(catalog) if catalog is not None else base
+
+
 class Guard:
     """Wraps tools so that no failure can loop the agent.
 
@@ -102,20 +121,12 @@ class Guard:
         log_tracebacks: bool = False,
         tokenizer: Tokenizer = "auto",
     ) -> None:
-        if mode not in ("observe", "shape", "enforce"):
-            raise ConfigurationError("mode must be 'observe', 'shape' or 'enforce'")
-        if not idempotency_retention > 0:
-            raise ConfigurationError("idempotency_retention must be a positive number of seconds")
-        if deadline is not None and not deadline > 0:
-            raise ConfigurationError("deadline must be a positive number of seconds or None")
+        _check_arguments(mode, idempotency_retention, deadline)
         if log_tracebacks:  # tracebacks are for engineers who ask; still redacted
             LOG_FILTER.tracebacks = True
-        if isinstance(catalog, (str, Path)):
-            catalog = Catalog.load(catalog)
-        base = Catalog.default()
         self._settings = Settings(
             limits=limits or Limits(),
-            catalog=base.merged(catalog) if catalog is not None else base,
+            catalog=_merged_catalog(catalog),
             deadline=deadline, isolate_sync_tools=isolate_sync_tools,
             count_tokens=resolve_tokenizer(tokenizer), capture_content=capture_content,
             error_result=error_result, idempotency_retention=float(idempotency_retention))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from toolfault._admission import Admission, CallKey
@@ -51,6 +51,19 @@ class Repeat(enum.Enum):
     SAME = "same"
     #: The same result ``no_progress_repeats`` times: ``no_progress``, the call is blocked.
     NO_PROGRESS = "no_progress"
+
+
+def _fingerprint_of(call: _Call) -> str:
+    """The call's fingerprint, computed now ("" when it cannot have one)."""
+    return call.fingerprint() if call.fingerprint is not None else ""
+
+
+def _first_seen(text: str, volatile: Collection[str]) -> Seen:
+    """What is kept of a result seen for the first time: the text itself when short
+    enough to compare, else its digest."""
+    if len(text) <= MAX_COMPARED_CHARS:
+        return Seen(text, None)
+    return Seen(None, digest(text, volatile))
 
 
 class Ladder:
@@ -160,30 +173,37 @@ class Ladder:
     def still_halted(self, call: _Call, spec: ToolSpec | None, args: Any) -> ToolResult | None:
         """The halt message while the turn is halted (lifted after ``block_seconds``)."""
         where = (self._scope.task_id, self._scope.turn)
-        progress = self._progress
-        if where not in progress.halted:
+        if where not in self._progress.halted or self._lift_expired_halt(where):
             return None
+        self._name_refused(call, spec, args)
+        return self.halt(call, "")
+
+    def _lift_expired_halt(self, where: tuple[str, int]) -> bool:
+        """Lift the turn's halt once ``block_seconds`` have passed (or its state is gone),
+        forgetting its counts; whether it was lifted."""
         window = self._limits.block_seconds
+        progress = self._progress
         with progress.lock:
             state = progress.get(*where)
             expired = state is None or (window is not None
                                         and self._clock() - state.halted_at >= window)
-            keys: list[CallKey] = []
-            if expired:
-                progress.halted.discard(where)
-                if state is not None:
-                    keys = state.reset()
-        if expired:
-            for key in keys:
-                best_effort(self._store.clear_failures, key)
-            return None
+            if not expired:
+                return False
+            progress.halted.discard(where)
+            keys = state.reset() if state is not None else []
+        for key in keys:
+            best_effort(self._store.clear_failures, key)
+        return True
+
+    def _name_refused(self, call: _Call, spec: ToolSpec | None, args: Any) -> None:
+        """Give the call the halt refuses its tool and arguments, so the trace names it."""
         call.spec = spec
-        call.args = args if args is not NOT_JSON else (
-            call.args if isinstance(call.args, str) else repr(call.args))
+        if args is NOT_JSON:  # arguments that did not parse are shown as they came
+            args = call.args if isinstance(call.args, str) else repr(call.args)
+        call.args = args
         call.shadow.pop("json_reason", None)
         if spec is not None and isinstance(call.args, dict):
-            resolve_fp(call, self._scope)  # the trace names the call the halt refused
-        return self.halt(call, "")
+            resolve_fp(call, self._scope)
 
     def lift_expired(self, key: CallKey) -> None:
         """Lift blocks older than ``Limits.block_seconds`` (the store forgets the count)."""
@@ -311,15 +331,19 @@ class Ladder:
         times = limits.no_progress_repeats
         if spec.side_effect or times is None:
             return Repeat.NEW
-        fingerprint = call.fp or (call.fingerprint() if call.fingerprint is not None else "")
+        fingerprint = call.fp or _fingerprint_of(call)
         if not fingerprint:
             return Repeat.NEW
+        return self._compare_read(state, spec, fingerprint, text, times)
+
+    def _compare_read(self, state: TurnState, spec: ToolSpec, fingerprint: str, text: str,
+                      times: int) -> Repeat:
+        """A read-only success against the identical call's last result: remembered when new
+        or changed (a changed one marks a poller), counted when the same."""
         with self._progress.lock:
             seen = state.seen(fingerprint)
             if seen is None:
-                keep = text if len(text) <= MAX_COMPARED_CHARS else None
-                state.remember(fingerprint, Seen(keep, None if keep is not None
-                                                 else digest(text, limits.volatile_fields)))
+                state.remember(fingerprint, _first_seen(text, self._limits.volatile_fields))
                 return Repeat.NEW
             same = self._same(seen, text)
             if not same:
@@ -330,7 +354,7 @@ class Ladder:
         if not same:
             self._learn_poller(fingerprint)
             return Repeat.CHANGED
-        if spec.name in limits.progress_exempt:
+        if spec.name in self._limits.progress_exempt:
             return Repeat.NEW  # the same answer is what this tool is for: no note either
         if repeats < times or self._is_poller(fingerprint):
             return Repeat.SAME

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -141,11 +141,25 @@ class Shaper:
 
     def _four_part(self, call: _Call, failure: Failure, echo: _Echo,
                    alternatives: Sequence[Alternative]) -> tuple[str, dict[str, Any]]:
+        """The catalog row's words filled in, redacted (the model's own values allowed,
+        those under secret-named arguments hidden) and fitted to the token budget."""
         entry = failure.entry
-        redactor = self._redactor
         hidden = echo.hidden
         allow = [a for a in _strings_in(call.args) if a not in hidden]
-        values: dict[str, object] = {
+        values = self._fill_values(call, failure, alternatives)
+        said = (failure.next_action or fill(entry.next_action, values)).rstrip(". ")
+        reason, said = _prose_pair(self._redactor, fill(entry.reason, values), said, allow)
+        reason = _without(reason, hidden)
+        if not reason.strip(" ."):
+            reason = entry.summary or f"{call.name} failed"
+        next_action = _with_moves(_next_action(failure, values, _without(said, hidden)),
+                                  alternatives, failure.outcome)
+        return self._within_budget(call, failure, echo, reason, next_action, allow)
+
+    def _fill_values(self, call: _Call, failure: Failure, alternatives: Sequence[Alternative]
+                     ) -> dict[str, object]:
+        """What a catalog row's placeholders are filled with."""
+        return {
             "tool": call.name,
             "code": failure.code,
             "param": failure.param or self.param_in(call, failure.reason),
@@ -156,26 +170,27 @@ class Shaper:
             "nearest": failure.values.get("nearest"),
             "reason": failure.reason,
         }
-        said = (failure.next_action or fill(entry.next_action, values)).rstrip(". ")
-        reason, said = _prose_pair(redactor, fill(entry.reason, values), said, allow)
-        reason = _without(reason, hidden)
-        if not reason.strip(" ."):
-            reason = entry.summary or f"{call.name} failed"
-        next_action = _with_moves(_next_action(failure, values, _without(said, hidden)),
-                                  alternatives, failure.outcome)
+
+    def _within_budget(self, call: _Call, failure: Failure, echo: _Echo, reason: str,
+                       next_action: str, allow: list[str]) -> tuple[str, dict[str, Any]]:
+        """The rendered message; over the token budget, the first problem only, then less
+        of the arguments echoed."""
         text, problem = _render(call.name, failure, reason, echo.text, next_action)
-        budget = self._settings.catalog.token_budget
-        if self._settings.count_tokens(text) > budget:
-            # Over budget: keep the first problem only, then echo less of the arguments.
-            first = failure.values.get("first_reason")
-            if isinstance(first, str):
-                reason = _without(redactor.prose(first, allow=allow), hidden)
-                text, problem = _render(call.name, failure, reason, echo.text, next_action)
-            if self._settings.count_tokens(text) > budget:
-                short = cut_echo(echo.whole, 160) if echo.whole is not None else \
-                    echo_args(redactor.value(call.args), max_chars=160)
-                text, problem = _render(call.name, failure, reason, short, next_action)
-        return text, problem
+        if self._fits(text):
+            return text, problem
+        first = failure.values.get("first_reason")
+        if isinstance(first, str):
+            reason = _without(self._redactor.prose(first, allow=allow), echo.hidden)
+            text, problem = _render(call.name, failure, reason, echo.text, next_action)
+            if self._fits(text):
+                return text, problem
+        short = cut_echo(echo.whole, 160) if echo.whole is not None else \
+            echo_args(self._redactor.value(call.args), max_chars=160)
+        return _render(call.name, failure, reason, short, next_action)
+
+    def _fits(self, text: str) -> bool:
+        """Whether a message is within the catalog's token budget."""
+        return self._settings.count_tokens(text) <= self._settings.catalog.token_budget
 
     def _error_result(self, call: _Call, failure: Failure, text: str,
                       problem: dict[str, Any], *, terminal: bool, blocked: bool = False,
@@ -209,43 +224,34 @@ class Shaper:
         """The argument a reason is about: named in it, or the only one there is."""
         declared = call.spec.params if call.spec is not None else ()
         words = {w.rstrip(".") for w in _WORDS.findall(reason)}
-        for key in declared:  # the usual answer: a declared parameter named in the reason
-            if key in words:
-                return key
+        # The usual answer: a declared parameter named in the reason.
+        named = _named_in(declared, words)
+        if named is not None:
+            return named
         keys = list(declared)
         if isinstance(call.args, dict):
-            known = set(keys)
-            extra = [k for k in itertools.islice(call.args, 64)
-                     if isinstance(k, str) and k and k not in known]
-            for key in extra:
-                if key in words:
-                    return key
+            extra = _undeclared(call.args, keys)
+            named = _named_in(extra, words)
+            if named is not None:
+                return named
             keys += extra
-        lowered = " ".join(reason.lower().split())
-        lower_words = {w.lower() for w in words}
-        for key in keys:
-            phrase = key.lower().replace("_", " ")
-            if " " in phrase and phrase in lowered:
-                return key
-            if phrase in lower_words:
-                return key
+        named = _phrased_in(keys, reason, words)
+        if named is not None:
+            return named
         if isinstance(call.args, dict) and len(call.args) == 1 and keys:
-            return keys[0]
+            return keys[0]  # the only argument there is
         return None
 
     def alternatives(self, call: _Call, failure: Failure) -> list[Alternative]:
         """The tools the model may call instead: the failure's, the tool's, the row's."""
         declared = call.spec.alternatives if call.spec else ()
-        if not failure.alternatives and not declared and not failure.entry.alternative:
+        row = failure.entry.alternative
+        if not failure.alternatives and not declared and not row:
             return []  # the usual case: nothing to collect
-        seen: dict[str, Alternative] = {}
-        for alt in (*(Alternative(a) for a in failure.alternatives),
-                    *(call.spec.alternatives if call.spec else ()),
-                    *((Alternative(failure.entry.alternative),) if failure.entry.alternative
-                      else ())):
-            if alt.name not in seen and alt.name != call.name:
-                seen[alt.name] = alt
-        return list(seen.values())
+        candidates = [*(Alternative(a) for a in failure.alternatives), *declared]
+        if row:
+            candidates.append(Alternative(row))
+        return _distinct(candidates, call.name)
 
     def crash(self, call: _Call, exc: BaseException) -> ToolResult:
         try:
@@ -299,37 +305,51 @@ class Shaper:
                     exc: BaseException) -> ToolResult:
         """The answer when even the guard's own error path failed: shaped, never raised."""
         timed_out = isinstance(exc, TimeoutError)
-        try:
-            shown = self.safe_name(name if isinstance(name, str) else str(name))
-        except Exception:  # noqa: BLE001 - a hostile name object
-            shown = "unnamed_tool"
+        shown = self._last_resort_name(name)
         spec = self._tools.get(name) if isinstance(name, str) else None
         side_effect = bool(spec and spec.side_effect)
-        try:
-            args_text = echo_args(self._redactor.value(args if isinstance(args, (dict, list))
-                                                      else str(args)[:2_000]))
-        except Exception:  # noqa: BLE001
-            args_text = "{}"
+        args_text = self._last_resort_args(args)
         code = "timeout" if timed_out else "internal_error"
         outcome = Outcome.UNKNOWN if (side_effect or timed_out) else Outcome.NO_EFFECT
         reason = (f"{shown} did not finish within the deadline of "
                   f"{format_seconds(self._settings.deadline or 0)}" if timed_out
                   else f"{shown} hit an internal error and did not complete")
         log.warning("toolfault answered %s for %s (%s)", code, shown, type(exc).__name__)
+        text, problem = self._last_resort_text(shown, code, reason, args_text, outcome)
+        info = FailureInfo(code=code, outcome=outcome, cause=exc)
+        return ToolResult(shown, False, text, problem, 0, call_id or "", info, "")
+
+    def _last_resort_name(self, name: object) -> str:
+        """The tool's name as the last resort shows it, whatever object it is."""
+        try:
+            return self.safe_name(name if isinstance(name, str) else str(name))
+        except Exception:  # noqa: BLE001 - a hostile name object
+            return "unnamed_tool"
+
+    def _last_resort_args(self, args: Any) -> str:
+        """The arguments as the last resort echoes them, whatever they are."""
+        try:
+            return echo_args(self._redactor.value(args if isinstance(args, (dict, list))
+                                                  else str(args)[:2_000]))
+        except Exception:  # noqa: BLE001
+            return "{}"
+
+    def _last_resort_text(self, shown: str, code: str, reason: str, args_text: str,
+                          outcome: Outcome) -> tuple[str, dict[str, Any]]:
+        """The last resort's four parts, redacted and within budget; a bare line when even
+        rendering fails."""
         try:
             rendered = render_error(
                 tool=shown, code=code, reason=reason, args_text=args_text, outcome=outcome,
                 retryable=False, retry_after=None,
                 next_action="stop and report this failure to the user",
             )
-            text, problem = fit_to_budget(self._redactor.secrets(rendered.text),
-                                          self._redactor.value(rendered.problem),
-                                          self._settings.catalog.token_budget,
-                                          self._settings.count_tokens)
+            return fit_to_budget(self._redactor.secrets(rendered.text),
+                                 self._redactor.value(rendered.problem),
+                                 self._settings.catalog.token_budget,
+                                 self._settings.count_tokens)
         except Exception:  # noqa: BLE001
-            text, problem = f"{shown} failed (code: {code}).", {"code": code}
-        info = FailureInfo(code=code, outcome=outcome, cause=exc)
-        return ToolResult(shown, False, text, problem, 0, call_id or "", info, "")
+            return f"{shown} failed (code: {code}).", {"code": code}
 
     def success_text(self, value: Any) -> tuple[str, Any]:
         """The model's text for a return value, and the value itself unless it held a secret."""
@@ -358,6 +378,43 @@ class Shaper:
 
 _WORDS = re.compile(r"(?<![\w.])[\w.\-]+")
 _NAME_JUNK = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+def _named_in(keys: Iterable[str], words: set[str]) -> str | None:
+    """The first key that is one of the reason's words."""
+    for key in keys:
+        if key in words:
+            return key
+    return None
+
+
+def _undeclared(args: dict[Any, Any], declared: list[str]) -> list[str]:
+    """The argument names the tool did not declare (of the first 64)."""
+    known = set(declared)
+    return [k for k in itertools.islice(args, 64)
+            if isinstance(k, str) and k and k not in known]
+
+
+def _phrased_in(keys: list[str], reason: str, words: set[str]) -> str | None:
+    """The first key the reason names in other words: any case, underscores as spaces."""
+    lowered = " ".join(reason.lower().split())
+    lower_words = {w.lower() for w in words}
+    for key in keys:
+        phrase = key.lower().replace("_", " ")
+        if " " in phrase and phrase in lowered:
+            return key
+        if phrase in lower_words:
+            return key
+    return None
+
+
+def _distinct(candidates: Iterable[Alternative], tool: str) -> list[Alternative]:
+    """Each alternative once (the first of a name), never the failing tool itself."""
+    seen: dict[str, Alternative] = {}
+    for alt in candidates:
+        if alt.name not in seen and alt.name != tool:
+            seen[alt.name] = alt
+    return list(seen.values())
+
 
 def _display_name(name: str) -> str:
     """An unknown tool's name, safe to echo: identifier characters only, bounded length."""

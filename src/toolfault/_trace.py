@@ -402,6 +402,23 @@ def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: 
     otel = sys.modules.get(_OTEL)
     if otel is None:
         return
+    attributes = _span_attributes(tool, call_id, fingerprint, attempts, mode, content=content,
+                                  result=result, budget=budget)
+    code = None if done.ok else _failure_attributes(attributes, done)
+    end = int(at * 1e9) if at else None
+    start = end - int(duration_s * 1e9) if end is not None else None
+    span = _tracer(otel).start_span(f"execute_tool {tool}", attributes=attributes,
+                                    start_time=start)
+    if code is not None:
+        span.set_status(otel.Status(otel.StatusCode.ERROR, code))
+    span.end(end_time=end)
+
+
+def _span_attributes(tool: str, call_id: str, fingerprint: str, attempts: int, mode: str, *,
+                     content: str | None, result: str | None,
+                     budget: dict[str, float] | None) -> dict[str, Any]:
+    """A span's attributes that every call has, and those that say something only when
+    they differ from what their absence means."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
         "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function",
@@ -418,20 +435,17 @@ def record_span(tool: str, call_id: str, fingerprint: str, attempts: int, mode: 
         attributes["gen_ai.tool.call.arguments"] = content
     if result is not None:
         attributes["gen_ai.tool.call.result"] = result
-    ok = done.ok
-    if not ok:
-        code = done.code or "tool_error"
-        attributes["error.type"] = attributes["toolfault.code"] = code
-        attributes["toolfault.outcome"] = done.outcome.value
-        attributes["toolfault.terminal"] = done.terminal
-        attributes["toolfault.blocked"] = done.blocked
-    end = int(at * 1e9) if at else None
-    start = end - int(duration_s * 1e9) if end is not None else None
-    span = _tracer(otel).start_span(f"execute_tool {tool}", attributes=attributes,
-                                    start_time=start)
-    if not ok:
-        span.set_status(otel.Status(otel.StatusCode.ERROR, code))
-    span.end(end_time=end)
+    return attributes
+
+
+def _failure_attributes(attributes: dict[str, Any], done: _Done) -> str:
+    """Add what describes a failed call to its span's attributes; its error code."""
+    code = done.code or "tool_error"
+    attributes["error.type"] = attributes["toolfault.code"] = code
+    attributes["toolfault.outcome"] = done.outcome.value
+    attributes["toolfault.terminal"] = done.terminal
+    attributes["toolfault.blocked"] = done.blocked
+    return code
 
 
 _tracer_for: tuple[object, trace.Tracer] | None = None
