@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from toolfault._usage import error, input_problem, output_problem
@@ -76,32 +77,45 @@ def proxy_command(args: argparse.Namespace) -> int:
     command = list(args.upstream or [])
     if command and command[0] == "--":
         command = command[1:]
-    if bool(command) == bool(args.upstream_url):
-        error("proxy", "give the upstream server as a command after --, or as --upstream-url "
-              "URL (not both)")
+    problem = _argument_problem(args, command)
+    http = None
+    if problem is None and args.http:
+        http, problem = _http(args.http, args.token_env)
+    if problem is None and not _has_mcp():
+        problem = f"the proxy needs the MCP SDK, which is not installed: {INSTALL_HINT}"
+    if problem is not None:
+        error("proxy", problem)
         return 2
+    return _serve(args, command, http)
+
+
+def _argument_problem(args: argparse.Namespace, command: list[str]) -> str | None:
+    """What is wrong with the arguments, checked before anything starts, or ``None``."""
+    if bool(command) == bool(args.upstream_url):
+        return "give the upstream server as a command after --, or as --upstream-url URL " \
+            "(not both)"
     if args.upstream_url:
         parts = urlsplit(args.upstream_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            error("proxy", f"--upstream-url must be an http(s) URL, got {args.upstream_url!r}")
-            return 2
+            return f"--upstream-url must be an http(s) URL, got {args.upstream_url!r}"
     if args.config and (problem := input_problem(args.config, "TOML file")):
-        error("proxy", f"--config: {problem}")
-        return 2
+        return f"--config: {problem}"
     if args.trace and (problem := output_problem(args.trace)):
-        error("proxy", f"--trace: {problem}")
-        return 2
-    http = None
-    if args.http:
-        http, problem = _http(args.http, args.token_env)
-        if problem:
-            error("proxy", problem)
-            return 2
+        return f"--trace: {problem}"
+    return None
+
+
+def _has_mcp() -> bool:
+    """Whether the MCP SDK (the ``proxy`` extra) is installed."""
     try:
         import mcp  # noqa: F401
     except ImportError:
-        error("proxy", f"the proxy needs the MCP SDK, which is not installed: {INSTALL_HINT}")
-        return 2
+        return False
+    return True
+
+
+def _serve(args: argparse.Namespace, command: list[str], http: Any) -> int:
+    """Load the config and run the proxy until the client or the upstream ends it."""
     from toolfault._errors import ConfigurationError
     from toolfault.proxy._config import ProxyConfig, load_config
     from toolfault.proxy._run import run_proxy
