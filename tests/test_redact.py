@@ -605,3 +605,34 @@ def test_the_allow_list_keeps_only_the_value_the_model_sent_standing_alone() -> 
         "cannot reach [address] (10.0)"
     assert redactor.prose("cannot open /home/ada/notes.txt.", allow=["/home/ada/notes.txt"]) \
         == "cannot open /home/ada/notes.txt."
+
+
+def _nested_under_k(levels: int, leaf: Any) -> Any:
+    """``leaf`` under ``levels`` mappings, each with the one key ``k``."""
+    for _ in range(levels):
+        leaf = {"k": leaf}
+    return leaf
+
+
+def _under_k(value: Any) -> Any:
+    """What the innermost ``k`` of :func:`_nested_under_k` holds."""
+    while isinstance(value, dict) and "k" in value:
+        value = value["k"]
+    return value
+
+
+@pytest.mark.parametrize(("levels", "expected"), [
+    (64, [["s3"], 5, "text", {"a": 1}, ["t"], ["[REDACTED]"]]),
+    (65, ["…", 5, "text", "…", "…", "…"]),
+    (66, ["…", "…", "…", "…", "…", "…"]),
+])
+def test_members_meet_the_depth_limit_where_the_recursive_walk_does(
+        levels: int, expected: list[Any]) -> None:
+    """A mapping's members, handled without a recursive call, stop at the same depth as
+    :meth:`Redactor.value` would: containers past 64 levels read "…", scalars one level
+    deeper still show (or hide) themselves."""
+    redactor = Redactor(scan_env=False)
+    leaves: list[Any] = [["s3"], 5, "text", {"a": 1}, ("t",)]
+    shown = [_under_k(redactor.value(_nested_under_k(levels, leaf))) for leaf in leaves]
+    shown.append(_under_k(redactor.value(_nested_under_k(levels, ["x"]), key="password")))
+    assert shown == expected
