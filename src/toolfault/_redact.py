@@ -200,16 +200,17 @@ _VERBATIM_BRACKETS = 63
 
 
 #: The literals one of which every shape in SECRET_PATTERNS holds (but bearer's word, in any
-#: case), grouped under a shorter string every match of the group holds too, and that most
-#: text lacks: one fast scan for it rules the whole group out.
+#: case), grouped under a shorter string each literal of its group contains (a test checks
+#: it), and that most text lacks: one fast scan for it rules the whole group out.
 _SHAPE_LITERALS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("=", ("=",)),  # key=value
     ("@", ("@",)),  # a password in a URL
     ("J", ("eyJ",)),  # a JWT
-    ("-", ("sk-", "xox", "-----BEGIN", "glpat-")),  # Slack tokens hold "-" after "xox…"
+    ("x", ("xox",)),  # a Slack token
+    ("-", ("sk-", "-----BEGIN", "glpat-")),
     ("A", ("AIza", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA")),
-    ("_", ("k_live_", "k_test_")),
-    ("gh", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    ("_", ("k_live_", "k_test_", "github_pat_")),  # "github" holds no "gh"
+    ("gh", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
 )
 
 
