@@ -605,3 +605,90 @@ def test_the_allow_list_keeps_only_the_value_the_model_sent_standing_alone() -> 
         "cannot reach [address] (10.0)"
     assert redactor.prose("cannot open /home/ada/notes.txt.", allow=["/home/ada/notes.txt"]) \
         == "cannot open /home/ada/notes.txt."
+
+
+def _nested_under_k(levels: int, leaf: Any) -> Any:
+    """``leaf`` under ``levels`` mappings, each with the one key ``k``."""
+    for _ in range(levels):
+        leaf = {"k": leaf}
+    return leaf
+
+
+def _under_k(value: Any) -> Any:
+    """What the innermost ``k`` of :func:`_nested_under_k` holds."""
+    while isinstance(value, dict) and "k" in value:
+        value = value["k"]
+    return value
+
+
+@pytest.mark.parametrize(("levels", "expected"), [
+    (64, [["s3"], 5, "text", {"a": 1}, ["t"], ["[REDACTED]"]]),
+    (65, ["…", 5, "text", "…", "…", "…"]),
+    (66, ["…", "…", "…", "…", "…", "…"]),
+])
+def test_members_meet_the_depth_limit_where_the_recursive_walk_does(
+        levels: int, expected: list[Any]) -> None:
+    """A mapping's members, handled without a recursive call, stop at the same depth as
+    :meth:`Redactor.value` would: containers past 64 levels read "…", scalars one level
+    deeper still show (or hide) themselves."""
+    redactor = Redactor(scan_env=False)
+    leaves: list[Any] = [["s3"], 5, "text", {"a": 1}, ("t",)]
+    shown = [_under_k(redactor.value(_nested_under_k(levels, leaf))) for leaf in leaves]
+    shown.append(_under_k(redactor.value(_nested_under_k(levels, ["x"]), key="password")))
+    assert shown == expected
+
+
+#: One credential of each shape in SECRET_PATTERNS and each literal its gate looks for, in
+#: text that holds no other literal (no "gh" beside ``github_pat_``, which has none).
+ONE_OF_EACH_SHAPE = [
+    "sk-proj-Qw3rTy8uIoPaSdFgHjKl0987", "AKIAQ3EGUCUMBERS2X7Z", "ASIAY34FZKBOKMUTVV7A",
+    "AGPAY34FZKBOKMUTVV7A", "AIDAY34FZKBOKMUTVV7A", "AROAY34FZKBOKMUTVV7A",
+    "AIPAY34FZKBOKMUTVV7A", "ANPAY34FZKBOKMUTVV7A", "ANVAY34FZKBOKMUTVV7A",
+    "Bearer 9fQ2-zX81ab.Qr7Tt", "ghp_Zq81xLpQ0aaKw9Zq81xLpQ", "gho_Zq81xLpQ0aaKw9Zq81xLpQ",
+    "ghu_Zq81xLpQ0aaKw9Zq81xLpQ", "ghs_Zq81xLpQ0aaKw9Zq81xLpQ", "ghr_Zq81xLpQ0aaKw9Zq81xLpQ",
+    "github_pat_11AXQZ7RY0Jt3mNc2LpWv9_8KdQe4sTzR1uYbV6nMx0PqLw3ZcJ5hFtG7aE2rKiU9oDs4Ny",
+    "xoxb-1234-5678-Zq81xLpQ0a", "sk_live_Zq81xLpQ0aaKw9Zq81", "rk_test_Zq81xLpQ0aaKw9Zq81",
+    "glpat-Zq81xLpQ0aaKw9Zq81xL", "AIzaSyZq81xLpQ0aaKw9Zq81xLpQ0aaKw9Zq81x",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzaGFwZSJ9.c2hhcGUtc2lnbmF0dXJl", "token=Zq81xLpQ",
+    "postgres://app:Zq81xLpQ@db/app", "-----BEGIN RSA PRIVATE KEY-----\nMIIBZq81xLpQ",
+]
+
+
+def test_one_of_each_shape_covers_every_pattern() -> None:
+    """The examples below exercise every credential shape (a new shape needs one)."""
+    from toolfault._redact import _ANY_SECRET, SECRET_PATTERNS
+
+    matched = set()
+    for shape in ONE_OF_EACH_SHAPE:
+        match = _ANY_SECRET.search(shape)
+        assert match is not None and match.lastgroup is not None, shape
+        matched.add(match.lastgroup)
+    assert matched == {f"s{i}" for i in range(len(SECRET_PATTERNS))}
+
+
+@pytest.mark.parametrize("shape", ONE_OF_EACH_SHAPE)
+def test_each_shape_passes_the_literal_gate_and_is_redacted(shape: str) -> None:
+    """Each credential shape opens the cheap gate and is redacted wherever it travels: in
+    text, as an argument, base64-encoded.  (``github_pat_`` tokens, whose "github" holds no
+    "gh", were let through unless "gh" occurred elsewhere in the text.)"""
+    import base64
+
+    from toolfault._redact import _may_hold_secret
+
+    secret = "Zq81xLpQ" if shape.startswith("postgres:") else shape[-8:]  # the password
+    assert _may_hold_secret(shape)
+    redactor = Redactor(scan_env=False)
+    assert secret not in redactor.secrets(f"the value is {shape} ok")
+    assert secret not in json.dumps(redactor.value({"note": shape}))
+    encoded = base64.b64encode(shape.encode()).decode()
+    assert encoded not in redactor.secrets(f"the value is {encoded} ok")
+
+
+def test_each_literal_of_the_gate_holds_its_group_string() -> None:
+    """A group of the gate is skipped when its shorter string is absent, which is sound only
+    if each literal of the group contains that string."""
+    from toolfault._redact import _SHAPE_LITERALS
+
+    for common, literals in _SHAPE_LITERALS:
+        for literal in literals:
+            assert common in literal, (common, literal)

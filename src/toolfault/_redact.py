@@ -52,8 +52,7 @@ def _aws_key(match: str) -> bool:
     the real body, base32 (``A-Z``, ``2-7``) with a digit in it, so ``ASIAPACIFICSALESTEAM``
     and ``ASIANFUSIONKITCHEN12`` are words, not keys."""
     body = match[4:]
-    return match.startswith("AKIA") or (_BASE32.issuperset(body)
-                                        and any(c.isdigit() for c in body))
+    return match.startswith("AKIA") or (_BASE32.issuperset(body) and _has_digit(body))
 
 
 _BASE32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
@@ -61,15 +60,24 @@ _BASE32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
 
 def _bearer_token(match: str) -> bool:
     """A bearer credential is at least 8 characters and not a plain word ("Bearer bonds")."""
-    token = match.split(None, 1)[1] if len(match.split(None, 1)) == 2 else ""
-    token = token.rstrip("=")
+    words = match.split(None, 1)
+    token = (words[1] if len(words) == 2 else "").rstrip("=")
     if len(token) < 8:
         return False
-    if len(token) >= 24 or any(c.isdigit() for c in token):
-        return True
+    return len(token) >= 24 or _has_digit(token) or not _reads_as_word(token)
+
+
+def _has_digit(text: str) -> bool:
+    """Whether ``text`` holds a digit: words rarely do, keys and ids almost always."""
+    return any(c.isdigit() for c in text)
+
+
+def _reads_as_word(token: str) -> bool:
+    """Letters only, lower-case, Capitalised or ALL CAPS (``bonds``, ``Bonds``, ``BONDS``):
+    a word of prose, where a token mixes cases inside or holds other characters."""
     letters = [c for c in token if c.isalpha()]
     mixed = any(c.isupper() for c in letters[1:]) and any(c.islower() for c in letters)
-    return mixed or len(letters) != len(token)
+    return not mixed and len(letters) == len(token)
 
 
 def _slack_token(match: str) -> bool:
@@ -157,7 +165,7 @@ def _shapes_sub(text: str) -> str:
                 lowered = text.lower()
             if "bearer" not in lowered:
                 continue
-        elif not any(literal in text for literal in gate):
+        elif not _holds_any(text, gate):
             continue
         text = pattern.sub(replacement, text)
         lowered = None
@@ -191,24 +199,36 @@ _OWN_ID_CHARS = frozenset("call_0123456789abcdef")
 _VERBATIM_BRACKETS = 63
 
 
+#: The literals one of which every shape in SECRET_PATTERNS holds (but bearer's word, in any
+#: case), grouped under a shorter string each literal of its group contains (a test checks
+#: it), and that most text lacks: one fast scan for it rules the whole group out.
+_SHAPE_LITERALS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("=", ("=",)),  # key=value
+    ("@", ("@",)),  # a password in a URL
+    ("J", ("eyJ",)),  # a JWT
+    ("x", ("xox",)),  # a Slack token
+    ("-", ("sk-", "-----BEGIN", "glpat-")),
+    ("A", ("AIza", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA")),
+    ("_", ("k_live_", "k_test_", "github_pat_")),  # "github" holds no "gh"
+    ("gh", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+)
+
+
 def _may_hold_secret(text: str) -> bool:
-    """A cheap gate: every shape in SECRET_PATTERNS contains one of these literals."""
-    # Single characters first (a fast scan): "-" is in sk-, xox…-, glpat- and -----BEGIN,
-    # "_" in every gh?_, github_pat_ and Stripe key, "IA"/"A" in the AWS prefixes, "@" in a
-    # URL password; the longer literals only after them.
-    return (
-        "=" in text or "eyJ" in text or "@" in text or "AIza" in text
-        or ("-" in text and ("sk-" in text or "xox" in text or "-----BEGIN" in text
-                             or "glpat-" in text))
-        or ("A" in text and ("AKIA" in text or "ASIA" in text or "AGPA" in text
-                             or "AIDA" in text or "AROA" in text or "AIPA" in text
-                             or "ANPA" in text or "ANVA" in text))
-        or ("_" in text and (("gh" in text and ("ghp_" in text or "gho_" in text
-                                                or "ghu_" in text or "ghs_" in text
-                                                or "ghr_" in text or "github_pat_" in text))
-                             or "k_live_" in text or "k_test_" in text))
-        or "bearer" in text.lower()
-    )
+    """A cheap gate: every shape in SECRET_PATTERNS contains one of the literals of
+    :data:`_SHAPE_LITERALS` or, in any case, the word "bearer"."""
+    for common, literals in _SHAPE_LITERALS:
+        if common not in text:
+            continue
+        for literal in literals:
+            if literal in text:
+                return True
+    return "bearer" in text.lower()
+
+
+def _holds_any(text: str, literals: Iterable[str]) -> bool:
+    """Whether ``text`` contains one of ``literals`` (the gates in front of each pattern)."""
+    return any(literal in text for literal in literals)
 
 
 _INTERNAL_TLDS = ("internal", "local", "lan", "corp", "svc")
@@ -217,14 +237,26 @@ _INTERNAL_TLDS = ("internal", "local", "lan", "corp", "svc")
 def _dotted(match: re.Match[str]) -> str:
     """A dotted name is a host when it ends in an internal suffix or looks like an FQDN."""
     text = match.group(0)
-    parts = text.split(".")
-    last = parts[-1]
-    if len(parts) >= 2 and last.lower() in _INTERNAL_TLDS:
-        return "[host]"
-    if len(parts) >= 3 and len(last) >= 2 and last.isascii() and last.isalpha() and all(
-            p and p.isascii() and all(c.isalnum() or c == "-" for c in p) for p in parts):
-        return "[host]"
-    return text
+    labels = text.split(".")
+    return "[host]" if _internal_host(labels) or _fqdn(labels) else text
+
+
+def _internal_host(labels: list[str]) -> bool:
+    """``db.internal``, ``printer.local``: a suffix only private networks resolve."""
+    return len(labels) >= 2 and labels[-1].lower() in _INTERNAL_TLDS
+
+
+def _fqdn(labels: list[str]) -> bool:
+    """Three or more host labels under an alphabetic top level (``api.example.com``), where
+    ``v1.2.3`` and ``notes.txt`` are not hosts."""
+    tld = labels[-1]
+    return (len(labels) >= 3 and len(tld) >= 2 and tld.isascii() and tld.isalpha()
+            and all(map(_host_label, labels)))
+
+
+def _host_label(label: str) -> bool:
+    """A DNS label: ASCII letters, digits and ``-``, not empty."""
+    return label != "" and label.isascii() and all(c.isalnum() or c == "-" for c in label)
 
 
 _SQL_WORDS = r"(?:SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|DROP|ALTER|TRUNCATE|MERGE|REPLACE)"
@@ -276,20 +308,17 @@ _GATES: tuple[str | tuple[str, ...] | None, ...] = (
 )
 
 
+#: What a case-insensitive pattern (SQL, ``localhost``) needs in lower-cased ASCII text.
+_CASELESS_GATE = ("select", "insert", "delete", "update", "create", "drop", "alter",
+                  "truncate", "localhost")
+
+
 def _gate_open(gate: tuple[str, ...] | None, text: str) -> bool:
     """Whether ``text`` holds one of ``gate``'s literals (``None``: the SQL verbs and
-    ``localhost`` gate)."""
+    ``localhost`` gate, always open on non-ASCII text)."""
     if gate is None:
-        if not text.isascii():
-            return True
-        low = text.lower()
-        return ("select" in low or "insert" in low or "delete" in low or "update" in low
-                or "create" in low or "drop" in low or "alter" in low or "truncate" in low
-                or "localhost" in low)
-    for literal in gate:  # noqa: SIM110 - no generator frame: this runs per pattern
-        if literal in text:
-            return True
-    return False
+        return not text.isascii() or _holds_any(text.lower(), _CASELESS_GATE)
+    return _holds_any(text, gate)
 
 _GATED = tuple(zip(INTERNAL_PATTERNS, _GATES, strict=True))
 
@@ -335,20 +364,27 @@ def is_secret_key(name: str) -> bool:
     """
     raw = [p for p in re.split(r"[_\-.\s]+", _CAMEL.sub(r"\1_\2", name[:256]).lower()) if p]
     parts = [p[:-1] if len(p) > 3 and p.endswith("s") else p for p in raw]  # plurals
-    for i, part in enumerate(parts):
-        after = raw[i + 1] if i + 1 < len(raw) else None
-        if part == "token" and i > 0 and parts[i - 1] in _TOKEN_COUNTERS:
-            continue
-        if raw[i] == "pass":
-            if (i == 0 or parts[i - 1] in _PASS_OWNERS) and after not in _ABOUT_SECRET:
-                return True
-            continue
-        if (part in _SECRET_WORDS or raw[i] in _SECRET_WORDS) and after not in _ABOUT_SECRET:
-            return True
-        if after is not None and (part, parts[i + 1]) in _SECRET_PAIRS and (
-                i + 2 >= len(raw) or raw[i + 2] not in _ABOUT_SECRET):
-            return True
-    return False
+    return any(_names_secret(raw, parts, i) for i in range(len(raw)))
+
+
+def _names_secret(raw: list[str], parts: list[str], i: int) -> bool:
+    """Whether the name's word ``i`` (``raw`` as written, ``parts`` singular) names a
+    secret, read with its neighbours: the word before says whose (``max_tokens``,
+    ``db_pass``), the word after whether the name is about the secret (``token_count``)."""
+    part, after = parts[i], _word(raw, i + 1)
+    if part == "token" and _word(parts, i - 1) in _TOKEN_COUNTERS:
+        return False
+    if raw[i] == "pass":
+        before = _word(parts, i - 1)
+        return (before is None or before in _PASS_OWNERS) and after not in _ABOUT_SECRET
+    if (part in _SECRET_WORDS or raw[i] in _SECRET_WORDS) and after not in _ABOUT_SECRET:
+        return True
+    return (part, _word(parts, i + 1)) in _SECRET_PAIRS and _word(raw, i + 2) not in _ABOUT_SECRET
+
+
+def _word(words: list[str], i: int) -> str | None:
+    """The word at ``i``, ``None`` before the first and after the last: no word there."""
+    return words[i] if 0 <= i < len(words) else None
 
 
 #: Words of an environment variable's name that say its value may be a credential.
@@ -367,25 +403,44 @@ def _credential_like(name: str, value: str) -> bool:
     secret word as a whole word (``GIT_AUTHOR_NAME`` does not) and the value must look like
     a credential: 8+ characters, no spaces, not a path, a plain word or a number, and mixed
     enough (letters with digits or symbols, or long and varied)."""
-    if len(value) < 8 or len(value) > 4096:
+    if not 8 <= len(value) <= 4096:
         return False
-    shaped = _ANY_SECRET.fullmatch(value)
-    if shaped is not None and _shape(shaped) != value:
+    if _is_shape(value):
         return True
+    return _secret_env_name(name) and not _never_credential(value) and _varied(value)
+
+
+def _is_shape(value: str) -> bool:
+    """Whether the whole of ``value`` is a credential shape (its format check passed)."""
+    shaped = _ANY_SECRET.fullmatch(value)
+    return shaped is not None and _shape(shaped) != value
+
+
+def _secret_env_name(name: str) -> bool:
+    """Whether a variable's name holds a secret word as a whole word (``DB_PASSWORD``,
+    ``GITHUB_TOKEN``), where ``GIT_AUTHOR_NAME`` and ``KEYBOARD`` do not."""
     words = [w for w in re.split(r"[_\-.\s]+", name.lower()) if w]
-    if not any(w in _ENV_SECRET_WORDS or w.endswith(("password", "token", "secret", "key"))
-               for w in words):
-        return False
+    return any(w in _ENV_SECRET_WORDS or w.endswith(("password", "token", "secret", "key"))
+               for w in words)
+
+
+def _never_credential(value: str) -> bool:
+    """A value that is no credential however the variable is named."""
     if any(c.isspace() for c in value) or _ENV_PLAIN.fullmatch(value):
-        return False
-    if value.startswith(("/", "~", "./")) or re.match(r"[A-Za-z]:[\\/]", value):
-        return False
-    if "://" in value:  # a URL: only its password (the shape) is a secret
-        return False
-    has_digit = any(c.isdigit() for c in value)
+        return True  # prose, a flag, a number, a plain word or slug
+    if value.startswith(("/", "~", "./")) or _DRIVE.match(value):
+        return True  # a path
+    return "://" in value  # a URL: only its password (the shape) is a secret
+
+
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+
+
+def _varied(value: str) -> bool:
+    """Mixed like a credential: letters with digits or symbols, or 10+ distinct characters."""
     has_alpha = any(c.isalpha() for c in value)
     has_other = any(not c.isalnum() for c in value)
-    return (has_alpha and (has_digit or has_other)) or len(set(value)) >= 10
+    return (has_alpha and (_has_digit(value) or has_other)) or len(set(value)) >= 10
 
 
 def _env_secrets() -> list[str]:
@@ -548,6 +603,7 @@ def _b64_decoded(run: str) -> str:
 
 
 def _encoded_run(match: re.Match[str], decode: Callable[[str], str]) -> str:
+    """The run whole, or redacted whole when its decoding holds a credential shape."""
     run = match.group(0)
     decoded = decode(run)
     return REDACTED if decoded and decoded != run and _holds_shape(decoded) else run
@@ -569,6 +625,25 @@ def _b64_run(match: re.Match[str]) -> str:
     return run
 
 
+def _hex_decoded(run: str) -> str:
+    """A hex run decoded as text (an odd last digit dropped)."""
+    return bytes.fromhex(run[:len(run) // 2 * 2]).decode("utf-8", "replace")
+
+
+def _marked_run(match: re.Match[str], mark: str, decode: Callable[[str], str]) -> str:
+    """A run is decoded only when it holds its encoding's mark (``%``, ``\\``)."""
+    if mark not in match.group(0):
+        return match.group(0)
+    return _encoded_run(match, decode)
+
+
+#: The encodings a run's mark gives away: (mark, what replaces a run of the text holding it).
+_MARKED_RUNS: tuple[tuple[str, Callable[[re.Match[str]], str]], ...] = (
+    ("%", functools.partial(_marked_run, mark="%", decode=urllib.parse.unquote_plus)),
+    ("\\", functools.partial(_marked_run, mark="\\", decode=_unescaped)),
+)
+
+
 def _encoded_shapes(text: str) -> str:
     """Credential shapes that travel encoded: base64 or base64url, hex, URL-encoded,
     JSON- or repr-escaped, or split across lines; each such run is replaced whole.
@@ -579,19 +654,19 @@ def _encoded_shapes(text: str) -> str:
     runs = _B64_RUN.search(text) is not None
     if runs:
         text = _B64_RUN.sub(_b64_run, text)
-    if "%" in text:
-        text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, urllib.parse.unquote_plus)
-                              if "%" in m.group(0) else m.group(0), text)
-    if "\\" in text:
-        text = _TOKEN_RUN.sub(lambda m: _encoded_run(m, _unescaped)
-                              if "\\" in m.group(0) else m.group(0), text)
+    for mark, replace in _MARKED_RUNS:
+        if mark in text:
+            text = _TOKEN_RUN.sub(replace, text)
     if runs and _HEX_RUN.search(text):  # a hex run of 32 is a base64 run of 16 too
-        text = _HEX_RUN.sub(lambda m: _encoded_run(
-            m, lambda run: bytes.fromhex(run[:len(run) // 2 * 2]).decode("utf-8", "replace")),
-            text)
-    if "\n" in text or "\r" in text or "\\" in text:
-        text = _SPLIT_RUN.sub(lambda m: _encoded_run(m, _joined), text)
+        text = _HEX_RUN.sub(functools.partial(_encoded_run, decode=_hex_decoded), text)
+    if _may_be_split(text):
+        text = _SPLIT_RUN.sub(functools.partial(_encoded_run, decode=_joined), text)
     return text
+
+
+def _may_be_split(text: str) -> bool:
+    """Whether ``text`` has a line break, real or escaped, for a run to be split across."""
+    return "\n" in text or "\r" in text or "\\" in text
 
 
 def _joined(run: str) -> str:
@@ -649,6 +724,30 @@ def _keep_whole(text: str, value: str, mark: str) -> str:
     return "".join(out)
 
 
+def _searchable_forms(secrets: Iterable[str]) -> set[str]:
+    """The skeletons (see :func:`_skeleton`) of every form of ``secrets``, but those under
+    four characters: too short to tell a secret from ordinary text."""
+    forms: set[str] = set()
+    for secret in secrets:
+        skeletons = map(_skeleton, secret_forms(secret))
+        forms.update(skeleton for skeleton in skeletons if len(skeleton) >= 4)
+    return forms
+
+
+def _spelt_in_own_ids(forms: Iterable[str], secrets: Iterable[str]) -> bool:
+    """Whether a form could be spelt in a call id of toolfault's own making.
+
+    A hex form is made of an id's characters but only chance could spell it in the random
+    part of an id toolfault made; a form the counters could spell counts."""
+    hexes = {s.encode("utf-8", "surrogatepass").hex() for s in secrets}
+    return any(_OWN_ID_CHARS.issuperset(form) for form in forms
+               if form not in hexes or form.isdigit())
+
+
+#: The exact types :meth:`Redactor.value` treats as scalars that may hold a secret.
+_TEXT_AND_NUMBERS = frozenset({str, int, float})
+
+
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
@@ -681,23 +780,14 @@ class Redactor:
         if not fresh:
             return
         self._secrets |= fresh
-        forms = set(self._forms)
-        for secret in fresh:
-            for form in secret_forms(secret):
-                skeleton = _skeleton(form)
-                if len(skeleton) >= 4:
-                    forms.add(skeleton)
+        forms = set(self._forms) | _searchable_forms(fresh)
         # Longest first, so a longer form is replaced before a shorter one inside it.
         self._forms = tuple(sorted(forms, key=len, reverse=True))
         self._shortest = min(SHORTEST_SHAPE, len(self._forms[-1])) if self._forms \
             else SHORTEST_SHAPE
         self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
                               or f in "-infinity")
-        # A hex form is made of an id's characters but only chance could spell it in the
-        # random part of an id toolfault made; a form the counters could spell counts.
-        hexes = {s.encode("utf-8", "surrogatepass").hex() for s in self._secrets}
-        self._plain_ids = not any(_OWN_ID_CHARS.issuperset(form) for form in self._forms
-                                  if form not in hexes or form.isdigit())
+        self._plain_ids = not _spelt_in_own_ids(self._forms, self._secrets)
         # After the forms: whoever sees the new memories sees the new forms.
         self._clean = set()
         self._quoted = {}
@@ -854,26 +944,36 @@ class Redactor:
         Everything under a secret-named key is redacted, nested lists and objects included;
         bytes are shown as redacted text and other objects by their redacted ``repr``.
         """
+        return self._walk(value, key, _depth, _secret)
+
+    def _walk(self, value: Any, key: str | None, depth: int, secret: bool) -> Any:
+        """:meth:`value` itself (positional arguments: it runs once per member)."""
         kind = type(value)
-        if not _secret and key is not None and kind is not bool and value is not None:
-            _secret = _is_secret_key(key)
-        if kind is str:
-            return REDACTED if _secret else self.secrets(value)
         if kind is bool or value is None:
             return value
-        if kind is int or kind is float:
-            return REDACTED if _secret or (self._numeric and self._number_holds(value)) \
-                else value
-        if _depth > 64:
+        secret = secret or (key is not None and _is_secret_key(key))
+        if kind in _TEXT_AND_NUMBERS:
+            return self._scalar(value, secret)
+        if depth > 64:
             return "…"
-        if kind is dict:
-            return self._mapping(value, _depth, _secret)
-        if kind is list or kind is tuple:
-            return self._sequence(value, _depth, _secret)
-        return self._uncommon(value, _depth, _secret)
+        return self._nested(value, depth, secret)
 
-    def _uncommon(self, value: Any, depth: int, secret: bool) -> Any:
-        """:meth:`value` of other mappings and sequences, and of any other object."""
+    def _scalar(self, value: str | int | float, secret: bool) -> Any:
+        """:meth:`value` of an exact ``str``, ``int`` or ``float``."""
+        if secret:
+            return REDACTED
+        if isinstance(value, str):  # exact types only come here: a str is a str
+            return self.secrets(value)
+        return REDACTED if self._numeric and self._number_holds(value) else value
+
+    def _nested(self, value: Any, depth: int, secret: bool) -> Any:
+        """:meth:`value` of mappings and sequences (exact types first: the common ones), and
+        of any other object."""
+        kind = type(value)
+        if kind is dict:
+            return self._mapping(value, depth, secret)
+        if kind is list or kind is tuple:
+            return self._sequence(value, depth, secret)
         if isinstance(value, Mapping):
             return self._mapping(value, depth, secret)
         if isinstance(value, (list, tuple)):
@@ -883,14 +983,14 @@ class Redactor:
     def _sequence(self, value: Iterable[Any], depth: int, secret: bool) -> list[Any]:
         """:meth:`value` of a list or tuple (members at ``depth + 1``); clean short strings
         are answered from memory without a call."""
-        inner = self.value
+        walk = self._walk
         if secret:
-            return [REDACTED if type(v) is str else inner(v, _depth=depth + 1, _secret=True)
+            return [REDACTED if type(v) is str else walk(v, None, depth + 1, True)
                     for v in value]
         clean, secrets = self._clean, self.secrets
         shortest = self._shortest  # after the set: add() replaces the set last
         return [(v if len(v) < shortest or v in clean else secrets(v)) if type(v) is str
-                else inner(v, _depth=depth + 1) for v in value]
+                else walk(v, None, depth + 1, False) for v in value]
 
     def _other(self, value: Any) -> Any:
         """Subclasses of scalars, bytes, and any other object (by its redacted ``repr``)."""
@@ -907,14 +1007,13 @@ class Redactor:
         return self.secrets(shown[:2_000])
 
     def _mapping(self, value: Mapping[Any, Any], depth: int, secret: bool) -> dict[str, Any]:
-        """:meth:`value` of a mapping, with its scalar members handled inline (the common
-        case: a tool's flat arguments) instead of one recursive call each."""
+        """:meth:`value` of a mapping, with its keys and string members handled inline (the
+        common case: a tool's flat arguments) instead of one recursive call each."""
         secrets = self.secrets
         clean = self._clean  # exact strs only below; one set for the whole mapping
         # Shorter than this, secrets() returns the text as it is (read after the set: add()
         # replaces the set last, so a new set comes with its own shortest form).
         shortest = self._shortest
-        numeric = self._numeric
         out: dict[str, Any] = {}
         for k, v in value.items():
             if type(k) is str:
@@ -922,21 +1021,12 @@ class Redactor:
             else:  # str() may return a subclass: never answered from memory
                 name = str(k)
                 shown = secrets(name)
-            kind = type(v)
-            if kind is str:
-                if secret or _is_secret_key(name):
-                    out[shown] = REDACTED
-                else:
-                    out[shown] = v if len(v) < shortest or v in clean else secrets(v)
-            elif v is None or kind is bool:
-                out[shown] = v
-            elif kind is int or kind is float:
-                out[shown] = REDACTED if secret or _is_secret_key(name) or (
-                    numeric and self._number_holds(v)) else v
-            elif kind is list and depth < 64:  # value(v, key=name, _depth=depth + 1), inline
-                out[shown] = self._sequence(v, depth + 1, secret or _is_secret_key(name))
+            if type(v) is not str:
+                out[shown] = self._walk(v, name, depth + 1, secret)
+            elif secret or _is_secret_key(name):
+                out[shown] = REDACTED
             else:
-                out[shown] = self.value(v, key=name, _depth=depth + 1, _secret=secret)
+                out[shown] = v if len(v) < shortest or v in clean else secrets(v)
         return out
 
     def hidden_values(self, value: Any, *, key: str | None = None, _depth: int = 0) -> set[str]:
@@ -954,15 +1044,20 @@ def _hidden_into(value: Any, found: set[str], depth: int) -> None:
     if depth > 64:
         return
     if type(value) is dict or isinstance(value, Mapping):
-        for k, v in value.items():
-            if _is_secret_key(k if type(k) is str else str(k)):
-                found |= _leaf_strings(v)
-            elif type(v) not in _SCALARS:
-                _hidden_into(v, found, depth + 1)
+        _hidden_in_mapping(value, found, depth)
     elif isinstance(value, (list, tuple)):
         for v in value:
             if type(v) not in _SCALARS:
                 _hidden_into(v, found, depth + 1)
+
+
+def _hidden_in_mapping(value: Mapping[Any, Any], found: set[str], depth: int) -> None:
+    """:func:`_hidden_into` of a mapping: every leaf under a secret name, the others walked."""
+    for k, v in value.items():
+        if _is_secret_key(k if type(k) is str else str(k)):
+            found |= _leaf_strings(v)
+        elif type(v) not in _SCALARS:
+            _hidden_into(v, found, depth + 1)
 
 
 def _leaf_strings(value: Any, depth: int = 0) -> set[str]:
