@@ -7,7 +7,6 @@ read; anything else becomes :class:`Malformed`, which the guard answers with
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +29,8 @@ class InOrder:
     __slots__ = ("before", "done")
 
     def __init__(self, before: InOrder | None) -> None:
+        import asyncio  # a batch runs in an event loop: asyncio is loaded already
+
         self.before = before
         self.done = asyncio.Event()
 

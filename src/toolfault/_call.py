@@ -8,7 +8,6 @@ that runs a tool, a postcondition or a wait, one with threads, one with ``await`
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import itertools
 import os
@@ -173,6 +172,7 @@ class _Raised:
 
 def _run_coroutine(awaitable: Awaitable[Any], *, timeout: float | None = None) -> Any:
     """Run a coroutine from sync code, also when this thread already runs an event loop."""
+    import asyncio  # only an async tool called from sync code needs it
 
     async def runner() -> Any:
         if timeout is None:

@@ -11,10 +11,8 @@ from __future__ import annotations
 import functools
 import re
 import string
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -243,12 +241,14 @@ class Catalog:
     # -- construction -------------------------------------------------------------------
     @classmethod
     def default(cls) -> Catalog:
-        """The built-in catalog that ships with toolfault."""
-        return _DEFAULT
+        """The built-in catalog that ships with toolfault (read at the first use)."""
+        return _load_default()
 
     @classmethod
     def loads(cls, text: str, *, source: str = "<string>") -> Catalog:
         """Parse a catalog from TOML text."""
+        import tomllib  # with the first catalog, not with ``import toolfault``
+
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -300,7 +300,7 @@ class Catalog:
         entry = self._by_code.get(code)
         if entry is not None:
             return entry
-        base = self._by_code.get("tool_error") or _DEFAULT._by_code["tool_error"]
+        base = self._by_code.get("tool_error") or Catalog.default()._by_code["tool_error"]
         return replace(base, code=code, summary=f"Uncatalogued code {code!r}.")
 
     def for_exception(self, exc: BaseException) -> CatalogEntry | None:
@@ -373,9 +373,9 @@ def _toml_value(value: Any) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+@functools.cache
 def _load_default() -> Catalog:
+    from importlib import resources
+
     text = resources.files("toolfault").joinpath("data/catalog.toml").read_text("utf-8")
     return Catalog.loads(text, source="<built-in>")
-
-
-_DEFAULT = _load_default()

@@ -8,7 +8,6 @@ message is the operation's (``ValueError`` → ``invalid_argument``), and even t
 
 from __future__ import annotations
 
-import email.utils
 import re
 import time
 from dataclasses import dataclass, field
@@ -107,6 +106,8 @@ def parse_retry_after(value: object) -> float | None:
         return max(0.0, float(text))
     except ValueError:
         pass
+    import email.utils  # only for a Retry-After given as an HTTP date
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):

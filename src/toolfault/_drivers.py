@@ -11,17 +11,15 @@ decision, is in the pipeline, once.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from toolfault._batch import after_earlier, take_slot
 from toolfault._call import DISPATCH, VERIFY, Sleep, Step, _Call, _Raised, _run_coroutine, _Value
 from toolfault._errors import Outcome
 from toolfault._pipeline import Pipeline
@@ -92,8 +90,12 @@ def _invoke_sync(rt: Runtime, call: _Call) -> Any:
     """Run one attempt; nobody awaits a sync call, so a ``CancelledError`` is the tool's."""
     try:
         return _attempt_sync(rt, call)
-    except asyncio.CancelledError as exc:
-        raise _as_tool_error(exc) from exc
+    except Exception:
+        raise
+    except BaseException as exc:
+        if is_cancelled_error(exc):
+            raise as_tool_error(exc) from exc
+        raise
 
 
 def _attempt_sync(rt: Runtime, call: _Call) -> Any:
@@ -106,7 +108,7 @@ def _attempt_sync(rt: Runtime, call: _Call) -> Any:
             deadline is None or deadline > _monotonic() - call.started):
         value = spec.fn(**call.kwargs)  # on the caller's thread: see ``isolate_sync_tools``
     else:
-        kwargs = call.kwargs if spec.context_param is None else _with_context(rt, call)
+        kwargs = call.kwargs if spec.context_param is None else with_context(rt, call)
         value = _invoke_bounded(rt, call, spec, kwargs)
     if hasattr(value, "__await__"):  # an async tool behind a plain decorator
         value = _run_coroutine(value, timeout=rt.pipeline.attempt_limit(call, spec.timeout))
@@ -133,22 +135,22 @@ def _bounded(rt: Runtime, fn: Callable[..., Any], kwargs: dict[str, Any], limit:
     it as ``orphan`` so its idempotency key stays held); the caller gets a ``TimeoutError``.
     """
     context = contextvars.copy_context()
-    future = rt.workers.pool("tools").submit(context.run, _in_thread, fn, kwargs)
+    future = rt.workers.pool("tools").submit(context.run, in_thread, fn, kwargs)
     try:
         return future.result(timeout=limit)
     except concurrent.futures.TimeoutError:
         if future.done():  # the tool's own TimeoutError, or an answer just in time
             return future.result()
-        _orphan_unless_cancelled(call, future)  # still running, it may yet land
+        orphan_unless_cancelled(call, future)  # still running, it may yet land
         raise TimeoutError(f"{name} timed out after {limit:.3g}s") from None
 
 
 def _postcondition_sync(rt: Runtime, call: _Call) -> Outcome | None:
     assert call.spec is not None and call.spec.postcondition is not None
     check, args = call.spec.postcondition, dict(call.kwargs or call.args)
-    limit = _check_limit(call.spec.timeout)
+    limit = check_limit(call.spec.timeout)
     try:
-        future = rt.workers.pool("checks").submit(_check_in_thread, check, args)
+        future = rt.workers.pool("checks").submit(check_in_thread, check, args)
         value = future.result(timeout=limit)
         if inspect.isawaitable(value):
             value = _run_coroutine(value, timeout=limit)
@@ -158,164 +160,29 @@ def _postcondition_sync(rt: Runtime, call: _Call) -> Outcome | None:
         return None
 
 
-# -- the async driver --------------------------------------------------------------------
-async def run_async(rt: Runtime, call: _Call) -> ToolResult:
-    """Drive one call's pipeline in the running event loop; sync tools run in a thread."""
-    pipeline = rt.pipeline
-    slot = take_slot()
-    early = pipeline.admit(call)
-    if early is not None:
-        return early
-    assert call.spec is not None
-    if call.spec.side_effect:  # the effect channel first: claim the key, verify what is pending
-        answered: ToolResult | None = await _steps_async(rt, call, pipeline.precheck(call))
-        if answered is not None:
-            return answered
-    try:
-        value = await _invoke_async(rt, call)
-    except Exception as exc:  # the pipeline classifies it
-        await after_earlier(slot)
-        result: ToolResult = await _steps_async(rt, call, pipeline.raised(call, exc))
-        return result
-    await after_earlier(slot)
-    return pipeline.returned(call, value)
+def is_cancelled_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is asyncio's ``CancelledError``.  asyncio is imported here, not with
+    the guard, so a sync agent never loads it (a tool that raised one already did)."""
+    import asyncio
+
+    return isinstance(exc, asyncio.CancelledError)
 
 
-async def _steps_async(rt: Runtime, call: _Call, steps: Generator[Step, Any, Any]) -> Any:
-    """Perform the steps the pipeline yields until it returns; what it returns."""
-    reply: Any = None
-    try:
-        while True:
-            step = steps.send(reply)
-            if step is DISPATCH:
-                try:
-                    reply = _Value(await _invoke_async(rt, call))
-                except Exception as exc:
-                    reply = _Raised(exc)
-            elif step is VERIFY:
-                reply = await _postcondition_async(rt, call)
-            else:
-                assert isinstance(step, Sleep)
-                if step.seconds > 0:
-                    await _async_sleep(rt.sleep)(step.seconds)
-                reply = None
-    except StopIteration as done:
-        return done.value
-
-
-async def _invoke_async(rt: Runtime, call: _Call) -> Any:
-    """Run one attempt; a ``CancelledError`` the tool raised itself (nobody cancelled the
-    awaiting task) is the tool's failure, shaped like any other, as under :meth:`Guard.call`.
-    """
-    task = asyncio.current_task()
-    before = task.cancelling() if task is not None else 0
-    try:
-        return await _attempt_async(rt, call)
-    except asyncio.CancelledError as exc:
-        if task is None or task.cancelling() > before:
-            raise  # the caller's cancellation: it propagates
-        raise _as_tool_error(exc) from exc
-
-
-def _as_tool_error(exc: BaseException) -> RuntimeError:
+def as_tool_error(exc: BaseException) -> RuntimeError:
     """What a tool raised that must not travel as itself (``StopIteration`` across a future,
     its own ``CancelledError``), as an ordinary error the pipeline classifies."""
     return RuntimeError(f"the tool raised {type(exc).__name__}")
 
 
-async def _attempt_async(rt: Runtime, call: _Call) -> Any:
-    """One attempt within the call's time left: an async tool awaited here, a sync one in a
-    worker thread (and an awaitable it returns awaited after it)."""
-    spec = call.spec
-    assert spec is not None
-    call.attempts += 1
-    call.dispatched = True
-    kwargs = _with_context(rt, call)
-    limit = rt.pipeline.attempt_limit(call, spec.timeout)
-    if limit is not None and limit <= 0:
-        raise TimeoutError(f"{spec.name} ran out of time")
-    if spec.is_async:
-        return await _await_tool(spec, kwargs, limit)
-    value = await _await_thread(rt, call, kwargs, limit)
-    if hasattr(value, "__await__"):
-        value = await _wait_for(value, rt.pipeline.attempt_limit(call, spec.timeout))
-    return value
-
-
-async def _await_tool(spec: ToolSpec, kwargs: dict[str, Any], limit: float | None) -> Any:
-    """An async tool's body, awaited on the caller's task within ``limit``."""
-    try:
-        if limit is None:
-            return await spec.fn(**kwargs)
-        return await _wait_for(spec.fn(**kwargs), limit)
-    except TimeoutError:
-        raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
-
-
-async def _await_thread(rt: Runtime, call: _Call, kwargs: dict[str, Any],
-                        limit: float | None) -> Any:
-    """A sync tool's body in a worker thread, awaited within ``limit``; a thread that
-    cannot be stopped is left to run as the call's orphan."""
-    spec = call.spec
-    assert spec is not None
-    context = contextvars.copy_context()
-    future = rt.workers.pool("tools" if spec.timeout is not None else "async").submit(
-        context.run, _in_thread, spec.fn, kwargs)
-    try:
-        return await _wait_for(asyncio.shield(asyncio.wrap_future(future)), limit)
-    except TimeoutError:
-        if future.done():  # the tool's own TimeoutError
-            raise
-        _orphan_unless_cancelled(call, future)
-        raise TimeoutError(f"{spec.name} timed out after {limit}s") from None
-    except asyncio.CancelledError:
-        # The caller gave up, the thread did not: the key stays held until it ends.
-        _orphan_unless_cancelled(call, future)
-        raise
-
-
-def _orphan_unless_cancelled(call: _Call, future: concurrent.futures.Future[Any]) -> None:
+def orphan_unless_cancelled(call: _Call, future: concurrent.futures.Future[Any]) -> None:
     """A thread that already started cannot be cancelled: it becomes the call's orphan,
     and its idempotency key stays held until it ends."""
     if not future.cancel():
         call.orphan = future
 
 
-async def _postcondition_async(rt: Runtime, call: _Call) -> Outcome | None:
-    assert call.spec is not None and call.spec.postcondition is not None
-    check, args = call.spec.postcondition, dict(call.kwargs or call.args)
-    limit = _check_limit(call.spec.timeout)
-    try:
-        if inspect.iscoroutinefunction(inspect.unwrap(check)):
-            value = await _wait_for(check(args), limit)
-        else:
-            value = await _wait_for(asyncio.wrap_future(
-                rt.workers.pool("checks").submit(_check_in_thread, check, args)), limit)
-        if inspect.isawaitable(value):
-            value = await _wait_for(value, limit)
-        return verdict_of(value)
-    except Exception as exc:
-        log.info("postcondition of %s failed: %r", call.name, exc)
-        return None
-
-
-async def _wait_for(awaitable: Awaitable[_T], limit: float | None) -> _T:
-    """``asyncio.wait_for`` that never drops a cancellation of the awaiting task.
-
-    On Python 3.11 ``wait_for`` returns the inner result when a cancellation arrives with
-    it: the call would go on and record "told ok" for an answer its caller never gets (a
-    retry would then run the side effect again, as a new action).
-    """
-    task = asyncio.current_task()
-    before = task.cancelling() if task is not None else 0
-    value = await asyncio.wait_for(awaitable, limit)
-    if task is not None and task.cancelling() > before:
-        raise asyncio.CancelledError
-    return value
-
-
 # -- shared by both ----------------------------------------------------------------------
-def _with_context(rt: Runtime, call: _Call) -> dict[str, Any]:
+def with_context(rt: Runtime, call: _Call) -> dict[str, Any]:
     spec = call.spec
     assert spec is not None
     if spec.context_param is None:
@@ -325,34 +192,29 @@ def _with_context(rt: Runtime, call: _Call) -> dict[str, Any]:
     return {**call.kwargs, spec.context_param: context}
 
 
-def _check_limit(timeout: float | None) -> float:
+def check_limit(timeout: float | None) -> float:
     """How long a postcondition may take: the tool's own timeout, at least 1 s, default 10 s."""
     return max(1.0, timeout) if timeout is not None else 10.0
 
 
-def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+def in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run a tool in a worker thread; StopIteration cannot cross a future (it would hang
     an awaiting ``acall``) and a CancelledError raised there is the tool's own, so each
     comes back as an ordinary error."""
     try:
         return fn(**kwargs)
-    except (StopIteration, StopAsyncIteration, asyncio.CancelledError) as exc:
-        raise _as_tool_error(exc) from exc
+    except (StopIteration, StopAsyncIteration) as exc:
+        raise as_tool_error(exc) from exc
+    except Exception:
+        raise
+    except BaseException as exc:
+        if is_cancelled_error(exc):
+            raise as_tool_error(exc) from exc
+        raise
 
 
-def _check_in_thread(check: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:
+def check_in_thread(check: Callable[[dict[str, Any]], Any], args: dict[str, Any]) -> Any:
     try:
         return check(args)
     except (StopIteration, StopAsyncIteration) as exc:
         raise RuntimeError(f"the check raised {type(exc).__name__}") from exc
-
-
-def _async_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
-    """The guard's sleep in async code: ``asyncio.sleep`` unless a fake one was injected."""
-    if sleep is time.sleep:
-        return asyncio.sleep
-
-    async def fake(seconds: float) -> None:
-        sleep(seconds)
-
-    return fake

@@ -3,7 +3,7 @@
 ``Guard`` is a facade.  What a call goes through is one decision pipeline
 (:mod:`toolfault._pipeline`: parse, fingerprint, admit, validate, precheck, dispatch,
 classify, shape, record), driven by :func:`~toolfault._drivers.run_sync` for :meth:`Guard.call`
-and :func:`~toolfault._drivers.run_async` for :meth:`Guard.acall`.  The parts it composes --
+and :func:`~toolfault._async_driver.run_async` for :meth:`Guard.acall`.  The parts it composes --
 words (:mod:`~toolfault._shaping`), budgets (:mod:`~toolfault._budget`), side effects
 (:mod:`~toolfault._effects`), the ladder after the cap (:mod:`~toolfault._ladder`) and
 emission (:mod:`~toolfault._emission`) -- are objects, not mixins.  It never raises into the
@@ -12,7 +12,6 @@ agent loop: whatever happens comes back as a :class:`ToolResult`.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
@@ -26,7 +25,7 @@ from toolfault._budget import Budgets
 from toolfault._call import _Call, _new_call_id
 from toolfault._catalog import Catalog
 from toolfault._degrading import DegradingStore
-from toolfault._drivers import Runtime, run_async, run_sync
+from toolfault._drivers import Runtime, run_sync
 from toolfault._effects import Effects
 from toolfault._emission import Emitter
 from toolfault._errors import ConfigurationError
@@ -433,6 +432,8 @@ class Guard:
         tool raised itself is its failure, shaped as under :meth:`call`.  Past the guard's
         deadline the call is cancelled and answered as timed out.
         """
+        import asyncio  # here, not at import: a sync agent never loads asyncio
+
         try:
             if self.deadline is None:
                 return await self._acall(name, args, call_id)
@@ -448,6 +449,8 @@ class Guard:
             return self._shaper.last_resort(name, args, call_id, exc)
 
     async def _acall(self, name: str, args: Any, call_id: str | None) -> ToolResult:
+        from toolfault._async_driver import run_async  # with asyncio, at the first acall
+
         call = _Call(None, "unnamed_tool", args, "", time.monotonic())
         try:
             try:
@@ -493,6 +496,8 @@ class Guard:
 
         The bodies run at once; the ladder records their outcomes in the order given, so
         the batch gets the decisions the same calls would get one after another."""
+        import asyncio
+
         async def one(item: Any, slot: InOrder) -> ToolResult:
             IN_ORDER.set(slot)
             try:
