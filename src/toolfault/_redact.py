@@ -766,7 +766,7 @@ class Redactor:
         self._clean: set[str] = set()
         #: :meth:`quoted`'s memory, kept and replaced as ``_clean`` is.
         self._quoted: dict[str, str] = {}
-        #: See :attr:`plain_ids` (read on the trace's hot path without the property).
+        #: See :attr:`plain_ids`.
         self._plain_ids = True
         values = list(secrets)
         if scan_env:

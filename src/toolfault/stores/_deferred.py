@@ -60,8 +60,6 @@ class DeferredSettles(Generic[_T]):
 
     def take(self, group: Hashable) -> list[_T]:
         """What is queued for one group (the caller sends it, or gives it back with add)."""
-        if not self._queued:  # the common case, read without the lock
-            return []
         with self._lock:
             return self._queued.pop(group, [])
 
