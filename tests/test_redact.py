@@ -692,3 +692,41 @@ def test_each_literal_of_the_gate_holds_its_group_string() -> None:
     for common, literals in _SHAPE_LITERALS:
         for literal in literals:
             assert common in literal, (common, literal)
+
+
+_SPLIT_PIECES = st.sampled_from([
+    "sk-proj-", "abcdefghijklmnopqrstuv", "AKIA", "IOSFODNN7EXAMPLE", "eyJ", "hbGciOi", "be",
+    "arer", "Bearer", "to", "ken=", "Zq81xLpQ", "c2stcHJvai1hYmNkZWZnaGlqa2xtbm9wcXJzdHV2", "==",
+    "postgres://app:", "pw", "@db/app", "-----BEGIN RSA", "PRIVATE KEY-----", "invalid_argument).",
+    "Reason:", "help.", "Next", "0.", "a+b", "%3D", "\\u0073k-", "\\", "\n", "\r\n", "\n    ",
+    " \n", "\\n", " ", ".", ":", "(", ")",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(_SPLIT_PIECES, max_size=10))
+def test_the_split_run_gate_never_skips_a_run_that_would_be_redacted(parts: list[str]) -> None:
+    """Where the cheap gate skips the split-run pass, that pass would have changed nothing."""
+    import functools
+
+    from toolfault._redact import _SPLIT_RUN, _encoded_run, _joined, _may_be_split
+
+    text = "".join(parts)
+    if not _may_be_split(text):
+        assert _SPLIT_RUN.sub(functools.partial(_encoded_run, decode=_joined), text) == text
+
+
+def test_a_four_part_message_skips_the_split_run_pass_but_a_split_key_does_not() -> None:
+    """Line breaks between sentences join nothing a credential could be made of; a key, a
+    ``key=value``, a "Bearer" token or base64 split across lines still goes through."""
+    from toolfault._redact import _may_be_split
+
+    message = ("search_flights failed (code: invalid_argument).\nReason: max_price must be "
+               "greater than 0.\nEffect: none.\nNext action: call search_flights again.")
+    assert not _may_be_split(message)
+    redactor = Redactor(scan_env=False)
+    assert redactor.secrets(message) == message
+    for split in ("sk-proj-abcdefgh\nijklmnopqrstuv", "token=\nZq81xLpQ", "Bearer\n  Zq81xLpQ0a",
+                  "c2stcHJvai1hYmNkZWZn\naGlqa2xtbm9wcXJzdHV2"):
+        assert _may_be_split(f"x {split} y")
+        assert "[REDACTED]" in redactor.secrets(f"x {split} y"), split

@@ -568,27 +568,35 @@ def _holds_shape(text: str) -> bool:
 
 
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{16,}+=*+")
-_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}+")
+#: What joins a name and the base64url run after it (``lookup_QUtJQ…``).
+_NAME_JOIN = re.compile(r"[_\-]")
+#: A hex run starts with a digit that no digit precedes: matched first, the digit lets the
+#: search skip to the next one without trying every character in between.
+_HEX_RUN = re.compile(r"[0-9A-Fa-f](?<![0-9A-Fa-f]{2})[0-9A-Fa-f]{31,}+")
 #: A run of text between spaces and quotes: what URL-decoding or unescaping is tried on.
 _TOKEN_RUN = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]{8,}+")
+#: One or more characters of a run (none a space, quote, bracket or escaped line break): the
+#: plain ones a block at a time, a backslash one by one.
+_RUN = r"(?:[^\s\"'<>\\]++|\\(?![nr]))++"
+_BREAK = r"[ \t]*+(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+"
 #: Runs joined across line breaks (also JSON- and repr-escaped ones), spaces around them,
 #: with the word "Bearer" before one (its token is the run).
-_RUN_CHAR = r"(?:[^\s\"'<>\\]|\\(?![nr]))"
-_BREAK = r"[ \t]*+(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+"
 _SPLIT_RUN = re.compile(
-    r"(?<![^\s\"'<>])(?:(?i:bearer)" + _BREAK + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR
-    + r"++)*+|(?i:bearer)[ \t]++" + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR + r"++)++|"
-    + _RUN_CHAR + r"++(?:" + _BREAK + _RUN_CHAR + r"++)++)")
+    r"(?<![^\s\"'<>])(?:(?i:bearer)" + _BREAK + _RUN + r"(?:" + _BREAK + _RUN
+    + r")*+|(?i:bearer)[ \t]++" + _RUN + r"(?:" + _BREAK + _RUN + r")++|"
+    + _RUN + r"(?:" + _BREAK + _RUN + r")++)")
 #: A line break and the indent after it (the space before it stays: "Bearer" and its token).
 _LINE_BREAKS = re.compile(r"(?:(?:\r?+\n|\r)++|(?:\\++[nr])++)[ \t]*+")
 _U_ESCAPE = re.compile(r"\\++u([0-9a-fA-F]{4})")
+_SLASH_ESCAPE = re.compile(r"\\++/")
 
 
 def _unescaped(token: str) -> str:
     """A token's JSON (and repr-doubled) escapes undone: ``\\/``, ``\\uXXXX``, ``\\\\``."""
-    text = _U_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
-    text = re.sub(r"\\++/", "/", text)
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if "\\" in token:  # no escape to undo without one
+        token = _U_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
+        token = _SLASH_ESCAPE.sub("/", token)
+    return token.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _b64_decoded(run: str) -> str:
@@ -615,7 +623,7 @@ def _b64_run(match: re.Match[str]) -> str:
     run = match.group(0)
     starts = [0]
     if len(run) <= 4096:
-        starts += [i + 1 for i, c in enumerate(run[:64]) if c in "_-"][:8]
+        starts += [join.end() for join in _NAME_JOIN.finditer(run, 0, 64)][:8]
     for start in starts:
         piece = run[start:]
         if len(piece) >= 16:
@@ -664,22 +672,45 @@ def _encoded_shapes(text: str) -> str:
     return text
 
 
+#: A real line break with a base64 character (or ``=``) right before it and, past the indent,
+#: right after it: each join of a run that decodes as base64 is one.
+_BASE64_JOIN = re.compile(r"[\r\n](?<=[A-Za-z0-9+/=_\-][\r\n])[\r\n]*+[ \t]*+[A-Za-z0-9+/=_\-]")
+
+
 def _may_be_split(text: str) -> bool:
-    """Whether ``text`` has a line break, real or escaped, for a run to be split across."""
-    return "\n" in text or "\r" in text or "\\" in text
+    """Whether a credential may be split across a line break in ``text``: where this is
+    false, :func:`_joined` finds none in any run of it.
+
+    A backslash (escaped line breaks, escapes to undo) or a ``%`` may always hide one.
+    Without them a run's joined and spaced forms (its ``+`` read as spaces too) are its
+    text less some whitespace, so they pass the literal gate only where the whole text
+    without its whitespace does; and a run decodes as base64 only where each of its joins
+    stands between base64 characters.
+    """
+    if "\\" in text:
+        return True
+    if "\n" not in text and "\r" not in text:
+        return False
+    return ("%" in text or _BASE64_JOIN.search(text) is not None
+            or _may_hold_secret("".join(text.split())))
 
 
 def _joined(run: str) -> str:
-    """A run split across lines, joined again (and decoded, as one token may be)."""
+    """A run split across lines, joined again (and decoded, as one token may be).
+
+    The spaced form passes the literal gate only where the joined one does (no literal holds
+    a space), and a decoding that changed nothing reveals nothing the joined form did not.
+    """
     joined = _LINE_BREAKS.sub("", run)
-    if _holds_shape(joined):
-        return joined
-    spaced = _LINE_BREAKS.sub(" ", run)  # "Bearer" and its token on lines of their own
-    if _holds_shape(spaced):
-        return spaced
+    if _may_hold_secret(joined):
+        if _shapes_sub(joined) != joined:
+            return joined
+        spaced = _LINE_BREAKS.sub(" ", run)  # "Bearer" and its token on lines of their own
+        if _holds_shape(spaced):
+            return spaced
     for decode in (_b64_decoded, urllib.parse.unquote_plus, _unescaped):
         decoded = decode(joined)
-        if decoded and _holds_shape(decoded):
+        if decoded and decoded != joined and _holds_shape(decoded):
             return decoded
     return joined
 
