@@ -426,24 +426,6 @@ def test_quoted_text_is_redacted_json_and_forgotten_when_a_secret_is_added() -> 
     assert json.loads(redactor.quoted("key sk-" + "a" * 20)) == "key [REDACTED]"
 
 
-def test_own_call_ids_are_plain_until_a_form_could_hide_in_one() -> None:
-    """A call id the guard made holds only ``call_``, hex digits and digits: it needs no
-    redaction unless a registered secret is spelt in those characters alone."""
-    from toolfault._call import _new_call_id, is_own_call_id
-
-    call_id = _new_call_id()
-    assert is_own_call_id(call_id)
-    assert not is_own_call_id(call_id + "x")
-    assert not is_own_call_id(call_id + "\u0661")  # an Arabic-Indic digit is no ASCII digit
-    assert not is_own_call_id("call_" + "0" * 12 + "_1")  # another process's head
-    assert not is_own_call_id(type("Id", (str,), {})(call_id))
-    assert Redactor(["Password-1234"], scan_env=False).plain_ids
-    assert not Redactor(["dead_beef"], scan_env=False).plain_ids
-    redactor = Redactor(scan_env=False)
-    redactor.add("12345678")  # digits: a form that a call counter could spell
-    assert not redactor.plain_ids
-
-
 # -- issue 28: every form out, ordinary words intact -------------------------------------
 
 _ENCODED_FORMS = {

@@ -26,7 +26,8 @@ from toolfault._tool import ToolSpec
 NOT_JSON: Any = object()
 
 _ids = itertools.count(1)
-#: ``call_``, 12 random hex digits and ``_``: what every id this process makes starts with.
+#: ``call_``, 12 random hex digits and ``_``: what every id this process makes starts with
+#: (the random part keeps ids unique across processes and hosts).
 _id_head = f"call_{secrets.token_hex(6)}_"
 
 
@@ -41,14 +42,6 @@ os.register_at_fork(after_in_child=_reseed_ids)
 def _new_call_id() -> str:
     """Unique across processes and hosts (workers sharing a task share one ledger), cheaply."""
     return f"{_id_head}{next(_ids)}"
-
-
-def is_own_call_id(text: str) -> bool:
-    """Whether ``text`` is an id this process made: ``call_``, hex digits, ``_`` and ASCII
-    digits only, so it holds no credential shape and needs no JSON escape."""
-    return type(text) is str and text.startswith(_id_head) and \
-        text[len(_id_head):].isdigit() and text.isascii()
-
 
 
 @dataclass(frozen=True, slots=True)

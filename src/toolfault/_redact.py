@@ -192,9 +192,6 @@ SHORTEST_SHAPE = 7
 #: them): argument names, enum values and catalog words recur on every call.
 _CLEAN_LEN = 128
 _CLEAN_ENTRIES = 4096
-#: The characters of a call id toolfault makes (``call_``, hex digits, ``_``, digits): a
-#: registered form made of others cannot occur in one.
-_OWN_ID_CHARS = frozenset("call_0123456789abcdef")
 #: Fewer opening brackets than this cannot nest to the depth where ``Redactor.value`` stops.
 _VERBATIM_BRACKETS = 63
 
@@ -765,16 +762,6 @@ def _searchable_forms(secrets: Iterable[str]) -> set[str]:
     return forms
 
 
-def _spelt_in_own_ids(forms: Iterable[str], secrets: Iterable[str]) -> bool:
-    """Whether a form could be spelt in a call id of toolfault's own making.
-
-    A hex form is made of an id's characters but only chance could spell it in the random
-    part of an id toolfault made; a form the counters could spell counts."""
-    hexes = {s.encode("utf-8", "surrogatepass").hex() for s in secrets}
-    return any(_OWN_ID_CHARS.issuperset(form) for form in forms
-               if form not in hexes or form.isdigit())
-
-
 #: The exact types :meth:`Redactor.value` treats as scalars that may hold a secret.
 _TEXT_AND_NUMBERS = frozenset({str, int, float})
 
@@ -782,7 +769,7 @@ _TEXT_AND_NUMBERS = frozenset({str, int, float})
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
-    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_plain_ids", "_quoted",
+    __slots__ = ("__weakref__", "_clean", "_forms", "_numeric", "_quoted",
                  "_secrets", "_shortest")
 
     def __init__(self, secrets: Iterable[str] = (), *, scan_env: bool = True) -> None:
@@ -797,8 +784,6 @@ class Redactor:
         self._clean: set[str] = set()
         #: :meth:`quoted`'s memory, kept and replaced as ``_clean`` is.
         self._quoted: dict[str, str] = {}
-        #: See :attr:`plain_ids`.
-        self._plain_ids = True
         values = list(secrets)
         if scan_env:
             values.extend(_env_secrets())
@@ -818,7 +803,6 @@ class Redactor:
             else SHORTEST_SHAPE
         self._numeric = tuple(f for f in self._forms if _NUMBER_CHARS.issuperset(f)
                               or f in "-infinity")
-        self._plain_ids = not _spelt_in_own_ids(self._forms, self._secrets)
         # After the forms: whoever sees the new memories sees the new forms.
         self._clean = set()
         self._quoted = {}
@@ -884,12 +868,6 @@ class Redactor:
                 clean.clear()
             clean.add(text)
         return out
-
-    @property
-    def plain_ids(self) -> bool:
-        """Whether no registered secret could be spelt in a call id of toolfault's own making
-        (``call_``, hex digits, ``_``, digits): then such an id is written without a scan."""
-        return self._plain_ids
 
     def quoted(self, text: str) -> str:
         """``text`` redacted, as a JSON string (quoted and escaped): a trace line's text field.
