@@ -43,6 +43,9 @@ ENV_NAMES = {"env_api_key": "CANARY_SERVICE_API_KEY", "env_password": "CANARY_DB
              "env_db_url_secret": "CANARY_DB_SECRET"}
 #: (kind, value placed, the secret part of it) — credential shapes nobody registered: the
 #: redactor must know them by their format alone.
+#: No "gh" but in its prefix: the gate once looked for "gh" before ``github_pat_``.
+_GITHUB_PAT = ("github_pat_u8jzPde0IgxLd6GncfBAep_fJBd0Kh8oOOL8dKLzdocJ2isAjIhKtJ0RlgLKOmxgJTe"
+               "KdNnFRIBXuDL7Dx")
 SHAPES: tuple[tuple[str, str, str], ...] = (
     ("url_password", "postgres://app:Zq7Pw-url-4411@db.internal/app", "Zq7Pw-url-4411"),
     ("shape_openai_key", "sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o", "sk-proj-Mn4bVc7xZl2kJh9gFd5sAp0o"),
@@ -50,7 +53,14 @@ SHAPES: tuple[tuple[str, str, str], ...] = (
     ("shape_bearer", "Bearer 9fQ2-zX81ab.Qr7Tt", "9fQ2-zX81ab.Qr7Tt"),
     ("shape_jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzaGFwZSJ9.c2hhcGUtc2lnbmF0dXJl",
      "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzaGFwZSJ9.c2hhcGUtc2lnbmF0dXJl"),
+    ("shape_github_token", "ghp_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7c",
+     "ghp_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7c"),
+    ("shape_github_pat", _GITHUB_PAT, _GITHUB_PAT),
 )
+#: How the figures name each shape.
+SHAPE_LABELS = {"url_password": "URL password", "shape_openai_key": "sk-",
+                "shape_aws_key": "AKIA", "shape_bearer": "bearer", "shape_jwt": "JWT",
+                "shape_github_token": "ghp_", "shape_github_pat": "github_pat_"}
 #: Forms that change a credential's letters: a case-folded key is no longer the key, so
 #: shapes are not tried in them (registered and environment secrets are).
 CASE_FORMS = ("upper", "lower")

@@ -78,8 +78,9 @@ def render(f: dict[str, Any]) -> str:
         f"| canary secret in text, tool name or data | {t.leaks} |",
         "",
         f"Canary matrix: {len(_canary.KINDS[:9])} secret kinds (registered and environment) "
-        f"and {len(_canary.SHAPES)} credential shapes nobody registered (URL password, sk-, "
-        f"AKIA, bearer, JWT) x {len(_canary.FORMS)} forms (shapes: all but "
+        f"and {len(_canary.SHAPES)} credential shapes nobody registered "
+        f"({', '.join(_canary.SHAPE_LABELS[kind] for kind, _, _ in _canary.SHAPES)}) x "
+        f"{len(_canary.FORMS)} forms (shapes: all but "
         f"{' and '.join(_canary.CASE_FORMS)}) x placements = {m.trials:,} trials "
         f"({m.groups['registered']:,} registered, {m.groups['environment']:,} environment, "
         f"{m.groups['shape']:,} shape), each searched for in {len(_canary.CHANNELS)} channels.",
