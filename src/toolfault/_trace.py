@@ -336,7 +336,7 @@ def _flush_open_sinks() -> None:
 
 
 def tracing_active() -> bool:
-    """True once the application installed a real tracer provider (cheap: two global reads).
+    """True once the application installed a real tracer provider.
 
     Without ``opentelemetry.trace`` imported no provider can have been installed, so toolfault
     never imports it itself just to find out.
@@ -344,15 +344,7 @@ def tracing_active() -> bool:
     otel = sys.modules.get(_OTEL)
     if otel is None:
         return False
-    provider = getattr(otel, "_TRACER_PROVIDER", _MISSING)
-    if provider is None:
-        return False
-    if provider is _MISSING:  # a future opentelemetry-api without the global
-        return not isinstance(otel.get_tracer_provider(), otel.ProxyTracerProvider)
-    return True
-
-
-_MISSING = object()
+    return not isinstance(otel.get_tracer_provider(), otel.ProxyTracerProvider)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,8 +446,7 @@ _tracer_for: tuple[object, trace.Tracer] | None = None
 def _tracer(otel: ModuleType) -> trace.Tracer:
     """toolfault's tracer, fetched once per installed provider (not once per call)."""
     global _tracer_for
-    # The global itself (tracing_active() saw it set), else the API's own lookup.
-    provider = getattr(otel, "_TRACER_PROVIDER", None) or otel.get_tracer_provider()
+    provider = otel.get_tracer_provider()
     cached = _tracer_for
     if cached is not None and cached[0] is provider:
         return cached[1]
