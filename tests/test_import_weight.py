@@ -101,3 +101,26 @@ def test_an_exact_tokenizer_is_loaded_at_construction() -> None:
         "assert 'bpe_openai' in sys.modules or 'tiktoken' in sys.modules\n"
     )
     assert "bpe_openai" in loaded or "tiktoken" in loaded
+
+
+def test_import_loads_no_asyncio_toml_or_email_and_a_sync_failure_no_asyncio() -> None:
+    """asyncio comes with the first ``acall``, the catalog's TOML with the first ``Guard()``,
+    ``email.utils`` with a Retry-After date: ``import toolfault`` loads none of them."""
+    at_import = _modules_after("import toolfault")
+    assert not {"asyncio", "tomllib", "email.utils", "importlib.resources"} & at_import
+    code = (
+        "from toolfault import Guard\n"
+        "guard = Guard(scan_env_secrets=False)\n"
+        "def add(a: int) -> int:\n"
+        "    '''Add one. Use it to count.'''\n"
+        "    raise ValueError('no')\n"
+        "guard.tool(add)\n"
+        "assert guard.call('add', {'a': 'x'}).code == 'invalid_argument'\n"
+        "assert guard.call('add', {'a': 1}).ok is False\n"
+    )
+    after_sync = _modules_after(code)
+    assert "asyncio" not in after_sync and "tomllib" in after_sync
+    after_async = _modules_after(
+        code + "import asyncio\nassert asyncio.run(guard.acall('add', {'a': 'y'})).code == "
+               "'invalid_argument'\n")
+    assert "toolfault._async_driver" in after_async
