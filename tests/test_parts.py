@@ -55,6 +55,13 @@ def _call(spec: ToolSpec, args: dict[str, Any]) -> _Call:
     return call
 
 
+def _keyed_call(parts: _Parts, args: dict[str, Any]) -> _Call:
+    """A call of ``get_order`` fingerprinted in the parts' scope, as the pipeline admits it."""
+    call = _call(parts.tools["get_order"], args)
+    resolve_fp(call, parts.scope)
+    return call
+
+
 class _Parts:
     """The parts of one scope, wired by hand as the facade wires them."""
 
@@ -85,30 +92,21 @@ def test_the_shaper_alone_words_a_failure_in_four_parts_and_redacts_it() -> None
 
 def test_the_ladder_alone_notes_a_repeat_then_no_progress_at_the_configured_count() -> None:
     parts = _Parts(no_progress_repeats=3)
-    spec = parts.tools["get_order"]
-    seen = []
-    for _ in range(3):
-        call = _call(spec, {"order_id": "A1"})
-        resolve_fp(call, parts.scope)
+
+    def read() -> Repeat:
+        call = _keyed_call(parts, {"order_id": "A1"})
         parts.ladder.started(call)
-        seen.append(parts.ladder.note_success(call, '{"status": "open"}'))
-    assert seen == [Repeat.NEW, Repeat.SAME, Repeat.NO_PROGRESS]
+        return parts.ladder.note_success(call, '{"status": "open"}')
+
+    assert [read() for _ in range(3)] == [Repeat.NEW, Repeat.SAME, Repeat.NO_PROGRESS]
     parts.scope.turn += 1  # the scope is shared: the next turn starts over
-    call = _call(spec, {"order_id": "A1"})
-    resolve_fp(call, parts.scope)
-    parts.ladder.started(call)
-    assert parts.ladder.note_success(call, '{"status": "open"}') is Repeat.NEW
+    assert read() is Repeat.NEW
 
 
 def test_failures_alone_count_identical_failures_to_the_terminal_message() -> None:
     parts = _Parts(retry_limit=2)
-    spec = parts.tools["get_order"]
-    results = []
-    for _ in range(2):
-        call = _call(spec, {"order_id": "B2"})
-        resolve_fp(call, parts.scope)
-        results.append(parts.failures.fail(call, from_entry(
-            parts.settings.catalog.get("not_found"), "no order B2")))
+    results = [parts.failures.fail(_keyed_call(parts, {"order_id": "B2"}), from_entry(
+        parts.settings.catalog.get("not_found"), "no order B2")) for _ in range(2)]
     assert [r.terminal for r in results] == [False, True]
     assert [i.kind.value for i in parts.store.incidents("task-1")] == ["retry_cap"]
 

@@ -90,8 +90,6 @@ def _invoke_sync(rt: Runtime, call: _Call) -> Any:
     """Run one attempt; nobody awaits a sync call, so a ``CancelledError`` is the tool's."""
     try:
         return _attempt_sync(rt, call)
-    except Exception:
-        raise
     except BaseException as exc:
         if is_cancelled_error(exc):
             raise as_tool_error(exc) from exc
@@ -163,6 +161,8 @@ def _postcondition_sync(rt: Runtime, call: _Call) -> Outcome | None:
 def is_cancelled_error(exc: BaseException) -> bool:
     """Whether ``exc`` is asyncio's ``CancelledError``.  asyncio is imported here, not with
     the guard, so a sync agent never loads it (a tool that raised one already did)."""
+    if isinstance(exc, Exception):  # a CancelledError is a BaseException only
+        return False
     import asyncio
 
     return isinstance(exc, asyncio.CancelledError)
@@ -203,12 +203,8 @@ def in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     comes back as an ordinary error."""
     try:
         return fn(**kwargs)
-    except (StopIteration, StopAsyncIteration) as exc:
-        raise as_tool_error(exc) from exc
-    except Exception:
-        raise
     except BaseException as exc:
-        if is_cancelled_error(exc):
+        if isinstance(exc, (StopIteration, StopAsyncIteration)) or is_cancelled_error(exc):
             raise as_tool_error(exc) from exc
         raise
 
