@@ -105,9 +105,11 @@ def test_an_exact_tokenizer_is_loaded_at_construction() -> None:
 
 def test_import_loads_no_asyncio_toml_or_email_and_a_sync_failure_no_asyncio() -> None:
     """asyncio comes with the first ``acall``, the catalog's TOML with the first ``Guard()``,
-    ``email.utils`` with a Retry-After date: ``import toolfault`` loads none of them."""
+    ``email.utils`` with a Retry-After date, ``tempfile`` (and the compressors ``shutil``
+    brings) with the exact tokenizer's cache: ``import toolfault`` loads none of them."""
     at_import = _modules_after("import toolfault")
-    assert not {"asyncio", "tomllib", "email.utils", "importlib.resources"} & at_import
+    assert not {"asyncio", "tomllib", "email.utils", "importlib.resources", "tempfile",
+                "lzma"} & at_import
     code = (
         "from toolfault import Guard\n"
         "guard = Guard(scan_env_secrets=False)\n"

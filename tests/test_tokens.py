@@ -256,3 +256,14 @@ def test_the_cut_keeps_the_code_the_named_argument_and_the_next_action() -> None
         assert lines[0] == text.splitlines()[0] and lines[-1] == text.splitlines()[-1]
         assert lines[2] == 'Rejected arguments: {"max_price": -1, …}.'
         assert problem["rejected_arguments"] == '{"max_price": -1, …}'
+
+
+def test_punctuation_runs_are_the_ascii_that_is_not_space_letter_or_digit() -> None:
+    """The estimate's punctuation class, spelt as ASCII ranges, holds exactly the characters
+    the readable definition names, over every code point."""
+    import re
+
+    readable = re.compile(r"[^\sA-Za-z0-9\x80-\U0010ffff]")
+    wrong = [hex(c) for c in range(0x110000)
+             if bool(readable.match(chr(c))) != bool(_tokens._PUNCTUATION.match(chr(c)))]
+    assert wrong == []
