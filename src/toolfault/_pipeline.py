@@ -231,7 +231,7 @@ class Pipeline:
                     call, refused, "would_halt" if refused.halt else "would_block_tool"):
                 self._budgets.refund(call)  # charged at admission, never dispatched
                 return refused
-        if not call.fp and fp._value is not None:  # the store needed it: the key is free now
+        if not call.fp and fp.resolved:  # the store needed it: the key is free now
             resolve_fp(call, self._scope)
         if call.validated:  # strictly, before admission (see _validated_plain)
             return None
@@ -500,35 +500,28 @@ class Pipeline:
 
 
 class _Deferred(LazyFingerprint):
-    """The fingerprint of one call's arguments, computed only if someone asks (one object
-    per call instead of a lazy fingerprint around a closure)."""
+    """The fingerprint of one call's arguments, computed only if someone asks."""
 
     __slots__ = ("_args", "_sorted", "_spec")
 
     def __init__(self, spec: ToolSpec, args: dict[str, Any], *, in_order: bool) -> None:
-        self._value: str | None = None
-        self._compute = None
+        super().__init__(self._computed)
         self._spec = spec
         self._args = args
         #: ``args`` has its keys in sorted order already.
         self._sorted = in_order
 
-    def __call__(self) -> str:
+    def _computed(self) -> str:
         """The fingerprint: the arguments are JSON's own types (parsed from JSON text,
         validated by the tool's strict twin, or checked by ``_plain``) and the tool has no
         normalizers (see ``admit``)."""
-        value = self._value
-        if value is None:
-            try:
-                value = fingerprint_json_values(self._spec.name, self._args,
-                                                in_order=self._sorted)
-            except (ValueError, TypeError, RecursionError):
-                # Not reachable for such arguments; a store must never see a raise.
-                basis = echo_args(self._args)
-                value = hashlib.sha256(f"__invalid__\x00{self._spec.name}\x00{basis}".encode(
-                    "utf-8", "surrogatepass")).hexdigest()
-            self._value = value
-        return value
+        try:
+            return fingerprint_json_values(self._spec.name, self._args, in_order=self._sorted)
+        except (ValueError, TypeError, RecursionError):
+            # Not reachable for such arguments; a store must never see a raise.
+            basis = echo_args(self._args)
+            return hashlib.sha256(f"__invalid__\x00{self._spec.name}\x00{basis}".encode(
+                "utf-8", "surrogatepass")).hexdigest()
 
 
 _SCALARS = (int, bool, type(None))
