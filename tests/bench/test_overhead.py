@@ -53,6 +53,7 @@ def test_overhead_json_names_every_timing_ratio_and_target(
                                     "imports_at_call", "import", "guard_construction",
                                     "first_result", "success_nested", "success_nested_json",
                                     "success_dict_any", "success_dict_any_json"}
+    assert data["targets"]["import"]["floor"] is None  # not measured: process=False
     for shape in ("nested", "dict_any"):
         assert data["ratios"][f"guarded_{shape}/stamina_{shape}"] > 0
     assert data["targets"]["success_dict"]["met"] in (True, False)
@@ -88,3 +89,25 @@ def test_otel_probe_times_both_span_floors() -> None:
     extra, vs_semconv = process["otel_extra_us"], process["otel_extra_vs_semconv_us"]
     spans = process["semconv_span_us"] - process["bare_span_us"]
     assert extra - vs_semconv == pytest.approx(spans)
+
+
+def test_startup_figures_measure_pydantic_alone_as_the_floor() -> None:
+    """The start-up ratios come with pydantic's own import and first validation, timed in
+    fresh processes of the same run, and toolfault's share beyond them."""
+    figures = _overhead._startup(1)
+    for name in ("import_ms", "stamina_import_ms", "pydantic_import_ms", "first_result_ms",
+                 "pydantic_first_result_ms"):
+        assert figures[name] > 0, name
+    # pydantic's import is part of toolfault's, its first validation part of the first result
+    assert figures["pydantic_import_ms"] < figures["import_ms"]
+    assert figures["pydantic_first_result_ms"] < figures["first_result_ms"]
+    own = (figures["import_ms"] - figures["pydantic_import_ms"]) / figures["stamina_import_ms"]
+    assert figures["own_import_vs_stamina"] == pytest.approx(own)
+
+
+def test_the_no_memory_contender_turns_only_the_repeat_memory_off() -> None:
+    """The contender that prices the repeat memory by difference runs the same successes."""
+    run, reference = _overhead.guarded(remember=False), _overhead.guarded()
+    results = [run() for _ in range(8)]
+    assert all(r.ok for r in results)
+    assert [r.text for r in results] == [reference().text for _ in range(8)]
