@@ -239,12 +239,7 @@ def fingerprint(
     normalizers: Mapping[str, Sequence[Normalizer]] | None = None,
 ) -> str:
     """sha256 hex of ``tool`` and the canonical arguments: equal for cosmetically equal calls."""
-    if type(args) is dict and not normalizers:  # canonical_args' own steps, one call less
-        canonical = _already_canonical(args)
-        if canonical is None:
-            canonical = _encode_canonical(_canonical(args))
-    else:
-        canonical = canonical_args(args, normalizers)
+    canonical = canonical_args(args, normalizers)
     if len(canonical) > MAX_CANONICAL_BYTES:
         raise ValueError(f"arguments are too large ({len(canonical)} characters)")
     digest = _started(tool)

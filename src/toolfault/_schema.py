@@ -261,16 +261,11 @@ class PydanticValidator:
 
     def _validate_kept(self, args: dict[str, Any]) -> dict[str, Any]:
         """Validated arguments with the numbers the model sent (raises pydantic's
-        ValidationError): see :func:`_keep_sent`; a float parameter sent a float, the usual
-        case, is decided inline."""
+        ValidationError): see :func:`_keep_sent`."""
         validated: dict[str, Any] = self._validate(args)
         for name in self._numbers:
             value = validated.get(name)
-            if type(value) is float:
-                given = args.get(name)
-                if type(given) is int and given == value:
-                    validated[name] = given
-            elif value is not None and name in args:
+            if value is not None and name in args:
                 kept = _keep_sent(args[name], value, 1)
                 if kept is not value:
                     validated[name] = kept
