@@ -333,46 +333,49 @@ _hiding = st.sampled_from(["", _SECRET, _SECRET.upper(), "sk-proj-abcdefghijklmn
        pin=st.sampled_from([9000, 1234, 3.5]))
 def test_a_guards_call_line_is_redacted_field_by_field_and_stays_json(
         tool: str, call_id: str, code: str | None, note: list[str], pin: float) -> None:
-    """The guard's own sink redacts a call line field by field: no secret in any form and
-    no credential shape survives, and the line is still valid JSON with redacted fields."""
+    """The guard redacts a call line's fields one by one when it builds the event: no
+    secret in any form and no credential shape survives, and the line is still valid JSON
+    with redacted fields."""
     import io
+    import time
 
-    from toolfault._errors import Outcome
-    from toolfault._redact import Redactor
-    from toolfault._trace import CallEvent, JsonlSink
+    from toolfault._call import _Call
+    from toolfault._result import FailureInfo, new_result
 
-    redactor = Redactor([_SECRET, "9000"], scan_env=False)
     out = io.StringIO()
-    sink = JsonlSink(out, redact=redactor.secrets)
+    guard = Guard(trace=out, secrets=[_SECRET, "9000"], scan_env_secrets=False)
+    redactor = guard.redactor
     args = {"note": " ".join(note), _SECRET: note, "pin": pin, "nested": {"password": "pw"}}
-
-    event = CallEvent(tool=tool, call_id=call_id, task="task", turn=1, fingerprint="f" * 64,
-                      ok=False, code=code, outcome=Outcome.NO_EFFECT, terminal=False,
-                      blocked=False, attempts=1, dispatched=True, error_tokens=0,
-                      mode="enforce", args=lambda: redactor.value(args), duration_s=0.5,
-                      at=1.0)
-    sink(event)
+    call = _Call(None, tool, args, call_id or "c", time.monotonic())
+    failure = None if code is None else FailureInfo(code=code)
+    guard._emitter.emit(call, new_result(tool, code is None, "done", None, 1, call_id or "c",
+                                         failure, "f" * 64))
+    guard.close()
     line = out.getvalue()
     record = json.loads(line)
     for needle in (_SECRET, _SECRET.lower(), "abcdefghijklmnopqrstuv", "abc123", "9000"):
         assert needle not in line.lower()
     assert record["tool"] == redactor.secrets(tool)
-    assert record["call_id"] == redactor.secrets(call_id)
+    assert record["call_id"] == redactor.secrets(call_id or "c")
     assert record["code"] == (None if code is None else redactor.secrets(code))
     assert record["args"] == json.loads(json.dumps(redactor.value(args)))
     assert record["args"]["nested"] == {"password": "[REDACTED]"}
 
 
-def test_an_event_no_redactor_vouches_for_is_redacted_as_a_whole_line() -> None:
-    """A sink given any other redact function, or an event built by hand, keeps the
-    whole-line pass: every line still leaves through ``redact``."""
+def test_a_sink_writes_a_call_event_as_given_and_redacts_other_records_whole() -> None:
+    """A call event comes redacted by the guard that built it (see tests/test_emission.py):
+    the sink writes it as it is; any other record (an incident) passes through ``redact``
+    as one line."""
     import io
 
     from toolfault._trace import JsonlSink
 
     out = io.StringIO()
-    JsonlSink(out, redact=lambda line: line.replace("x", "?"))(_event())  # type: ignore[arg-type]
-    assert json.loads(out.getvalue())["args"] == {"q": "?"}
+    sink = JsonlSink(out, redact=lambda line: line.replace("x", "?"))
+    sink(_event())  # type: ignore[arg-type]
+    sink.write({"type": "incident", "detail": "x"})
+    call, incident = map(json.loads, out.getvalue().splitlines())
+    assert call["args"] == {"q": "x"} and incident["detail"] == "?"
 
 
 def test_the_trace_alone_writes_the_line_an_observed_guard_writes() -> None:
@@ -512,9 +515,12 @@ def test_a_forked_child_never_writes_the_parents_lines_again(tmp_path: Path) -> 
     assert sorted(map(str, written)) == ["0", "1", "2", "child"]
 
 
-def test_a_secret_spelt_in_a_call_id_is_redacted_from_the_line(tmp_path: Path) -> None:
-    """An id the guard made is written as it is, until a registered secret could be spelt
-    in it; a caller's id is always redacted."""
+def test_a_callers_call_id_is_redacted_and_the_guards_own_is_written_as_it_is(
+        tmp_path: Path) -> None:
+    """A caller's id is their text and is always redacted, also one that starts as the
+    guard's own ids do.  An id the guard made is its random head and a counter, nothing of
+    the caller's: it is written as it is, even where a registered value happens to match
+    those digits (they are not the caller's secret)."""
     from toolfault import _call
 
     path = tmp_path / "trace.jsonl"
@@ -527,14 +533,15 @@ def test_a_secret_spelt_in_a_call_id_is_redacted_from_the_line(tmp_path: Path) -
     first = guard.call("ping", {"n": 1})
     guard.add_secret("model-9f8e7d6c")
     given = guard.call("ping", {"n": 2}, call_id="call_model-9f8e7d6c")
+    alike = guard.call("ping", {"n": 3}, call_id=f"{_call._id_head}model-9f8e7d6c")
     head = _call._id_head[len("call_"):-1]  # the hex digits every id of this process holds
     guard.add_secret(head)
-    last = guard.call("ping", {"n": 3})
+    last = guard.call("ping", {"n": 4})
     guard.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [line["args"]["n"] for line in lines] == [1, 2, 3]
+    assert [line["args"]["n"] for line in lines] == [1, 2, 3, 4]
     assert lines[0]["call_id"] == first.call_id
     assert given.call_id == "call_model-9f8e7d6c"
     assert lines[1]["call_id"] == "call_[REDACTED]"
-    assert head in last.call_id
-    assert head not in lines[2]["call_id"] and "[REDACTED]" in lines[2]["call_id"]
+    assert "model-9f8e7d6c" in alike.call_id and "model-9f8e7d6c" not in lines[2]["call_id"]
+    assert lines[3]["call_id"] == last.call_id

@@ -44,6 +44,18 @@ def _new_call_id() -> str:
     return f"{_id_head}{next(_ids)}"
 
 
+def own_call_id(call_id: str) -> bool:
+    """Whether ``call_id`` is one :func:`_new_call_id` made in this process: its random head
+    and a counter's ASCII digits, none of a caller's text, so no secret can be in it (the
+    trace and spans write it unredacted).  A framework's or provider's id (``call_…``,
+    ``toolu_…``) never has this process's head, and one that only starts with it is not
+    one."""
+    if type(call_id) is not str or not call_id.startswith(_id_head):
+        return False
+    tail = call_id[len(_id_head):]
+    return tail.isascii() and tail.isdecimal()
+
+
 @dataclass(frozen=True, slots=True)
 class Dispatch:
     """Run the tool's body once; send back a :class:`_Value` or a :class:`_Raised`."""

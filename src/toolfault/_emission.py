@@ -2,8 +2,11 @@
 
 Each result leaves through :meth:`Emitter.emit`: sealed (redacted, cut to the token budget),
 then, only when someone listens, described once as a :class:`~toolfault._trace.CallEvent`
-for the observers, the JSONL trace and an OpenTelemetry span.  Emitting never turns a
-result into a raise.
+for the observers, the JSONL trace and an OpenTelemetry span.  The caller's and the model's
+text in that description (tool name, call id, task, code, arguments, shadow) is redacted
+here, once, for all three; what toolfault computes itself (fingerprint, counts, clocks,
+outcome, mode, an id it made) holds none of their text and is written as it is.  Emitting
+never turns a result into a raise.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from toolfault import _trace
-from toolfault._call import _Call
+from toolfault._call import _Call, own_call_id
 from toolfault._degrading import DegradingStore
 from toolfault._records import Incident, IncidentKind
 from toolfault._redact import Redactor
@@ -51,10 +54,16 @@ class Emitter:
             tracing = _trace._OTEL in sys.modules and _trace.tracing_active()
             if tracing or self._observers:  # the span, the observers and the trace line
                 now, duration = _time(), _monotonic() - call.started
+                # The same redacted name and id for every channel; a caller's id is their
+                # text (any value: shape() takes what it is given) and may hold anything.
+                redactor, call_id = self._redactor, result.call_id
+                tool = redactor.secrets(result.tool)
+                if not own_call_id(call_id):
+                    call_id = redactor.value(call_id)
                 if tracing:
-                    self._span(call, result, now, duration)
+                    self._span(call, result, tool, call_id, now, duration)
                 if self._observers:
-                    self._notify(call, result, now, duration)
+                    self._notify(call, result, tool, call_id, now, duration)
             return result
         except Exception:  # noqa: BLE001 - tracing must not turn a result into a raise
             try:
@@ -62,12 +71,14 @@ class Emitter:
             except Exception:  # noqa: BLE001
                 return result
 
-    def _notify(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
-        """Tell the observers (the JSONL trace is one): one event, redacted once."""
+    def _notify(self, call: _Call, result: ToolResult, tool: str, call_id: str, now: float,
+                duration: float) -> None:
+        """Tell the observers (the JSONL trace is one): one event, redacted once (``tool`` and
+        ``call_id`` come redacted)."""
         scope, redactor, args, spec = self._scope, self._redactor, call.args, call.spec
         event = _trace.CallEvent(
-            tool=result.tool, call_id=result.call_id, task=scope.task_id, turn=scope.turn,
-            fingerprint=lambda: result.fingerprint, ok=result.ok, code=result.code,
+            tool=tool, call_id=call_id, task=redactor.value(scope.task_id), turn=scope.turn,
+            fingerprint=lambda: result.fingerprint, ok=result.ok, code=redactor.value(result.code),
             outcome=result.outcome, terminal=result.terminal, blocked=result.blocked,
             attempts=result.attempts, dispatched=call.dispatched,
             error_tokens=0 if result.ok else self._settings.count_tokens(result.text),
@@ -78,8 +89,10 @@ class Emitter:
             shadow=redactor.value(dict(call.shadow)) if call.shadow else None)
         _trace.safe_notify(self._observers, event)
 
-    def _span(self, call: _Call, result: ToolResult, now: float, duration: float) -> None:
-        """The call's OpenTelemetry span (content only when the user opted in)."""
+    def _span(self, call: _Call, result: ToolResult, tool: str, call_id: str, now: float,
+              duration: float) -> None:
+        """The call's OpenTelemetry span (content only when the user opted in; ``tool`` and
+        ``call_id`` come redacted)."""
         redactor = self._redactor
         content = text = budget = None
         if self._settings.capture_content:
@@ -90,13 +103,8 @@ class Emitter:
         if adm is not None and (limits.max_calls_per_turn is not None
                                 or limits.max_spend_per_task is not None):
             budget = {"calls_in_turn": float(adm.calls_in_turn), "spend": adm.spend}
-        # Every attribute leaves redacted, as the JSONL trace's text fields do (a call id is
-        # the model's or the framework's text and may carry anything).
-        secrets = redactor.secrets
-        _trace.record_span(secrets(result.tool), secrets(result.call_id), result.fingerprint,
-                           result.attempts,
-                           self._scope.mode, result, now, duration, content=content, result=text,
-                           budget=budget)
+        _trace.record_span(tool, call_id, result.fingerprint, result.attempts, self._scope.mode,
+                           result, now, duration, content=content, result=text, budget=budget)
 
     def incident(self, kind: IncidentKind, tool: str, code: str, detail: str) -> None:
         """Record an incident (the shared store, else the local fallback) and trace it."""

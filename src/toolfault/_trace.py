@@ -43,8 +43,11 @@ _FIELDS = (
 class CallEvent:
     """One guarded call, as observers and the JSONL trace see it (already redacted).
 
-    Read-only.  ``fingerprint`` and ``args`` may be given as zero-argument callables: they are
-    resolved on first read, so an observer that only counts calls costs almost nothing.
+    The guard redacts the caller's and the model's text (tool, call id, task, code, args,
+    shadow) when it builds one; the other fields are its own (a fingerprint, counts, clocks,
+    an id it made itself).  Read-only.  ``fingerprint`` and ``args`` may be given as
+    zero-argument callables: they are resolved on first read, so an observer that only
+    counts calls costs almost nothing.
     """
 
     __slots__ = tuple(f"_{name}" for name in _FIELDS)
@@ -162,11 +165,6 @@ _FILE_BUFFER = 1 << 18
 _PENDING_LINES = 512
 
 
-#: The text fields of a call line redacted one by one (``args`` and ``shadow`` come redacted
-#: by the guard's walk; the whole line is redacted again on its way out).
-_TEXT_FIELDS = ("tool", "call_id", "task", "code", "mode")
-
-
 class JsonlSink:
     """Appends one JSON line per call and per incident; thread-safe.
 
@@ -178,12 +176,15 @@ class JsonlSink:
     order.  So a crash that skips ``atexit`` (``kill -9``, power loss) loses at most the call
     lines of the last interval.
     ``flush_interval=0`` flushes every line, as a log you tail may want.
+
+    A call line is its :class:`CallEvent` as the guard redacted it; ``redact`` is for every
+    other line (incidents, records given to :meth:`write`), whole.
     """
 
     def __init__(self, target: str | Path | IO[str], *,
                  redact: Callable[[str], str] | None = None,
                  flush_interval: float = 1.0) -> None:
-        #: The single exit of the trace channel: every line passes through ``redact``.
+        #: What a record given to :meth:`write` passes through, as one line.
         self._redact = redact
         self._lock = threading.Lock()
         self._interval = flush_interval
@@ -207,23 +208,22 @@ class JsonlSink:
         _flush_at_exit(self)
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append ``record`` as one line; anything but a call line is flushed at once."""
-        self._line(_dumps(record), now=record.get("type") != "call")
-
-    def __call__(self, event: CallEvent) -> None:
-        record = event.to_dict()
-        redact = self._redact
-        if redact is not None:  # each text field on its own, before JSON escapes its bytes
-            for key in _TEXT_FIELDS:
-                value = record[key]
-                if isinstance(value, str):
-                    record[key] = redact(value)
-        self._line(_dumps(record), now=False)
-
-    def _line(self, line: str, *, now: bool) -> None:
-        """Keep a line (redacted here); a call line waits for its batch, others flush."""
+        """Append ``record`` as one line, redacted whole; anything but a call line is
+        flushed at once."""
+        line = _dumps(record)
         if self._redact is not None:
             line = self._redact(line)
+        self._line(line, now=record.get("type") != "call")
+
+    def __call__(self, event: CallEvent) -> None:
+        """Append the event's call line as it is: the guard redacted its fields one by one,
+        before JSON escaped them.  Redacting the whole line again found no secret they kept;
+        it only ever changed a line by eating a field's closing quote (``token="``), which
+        broke the JSON (tests/test_emission.py compares the lines)."""
+        self._line(event.to_jsonl(), now=False)
+
+    def _line(self, line: str, *, now: bool) -> None:
+        """Keep a line; a call line waits for its batch, others flush."""
         with self._lock:
             if self._closed:
                 return

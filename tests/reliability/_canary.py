@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from toolfault import Backoff, Guard, Limits, ToolError
+from toolfault import Backoff, CallEvent, Guard, Limits, ToolError
 from toolfault.stores import SQLiteStore
 
 #: (kind, value, registered?) — registered ones are given to the guard, the others are found
@@ -89,7 +89,8 @@ PLACEMENTS = ("argument", "secret_named_argument", "nested_argument", "bytes_arg
               "raw_json", "return_value", "exception_text", "exception_chain",
               "tool_error_reason", "next_action", "unknown_tool_name", "timeout_text",
               "call_id")
-CHANNELS = ("text", "data", "trace", "spans", "logs", "ledger", "store", "incidents")
+CHANNELS = ("text", "data", "trace", "spans", "observers", "logs", "ledger", "store",
+            "incidents")
 
 
 @dataclass
@@ -246,8 +247,9 @@ def _trial(matrix: Matrix, workdir: Path, kind: str, secret: str, registered: bo
     trace_out = io.StringIO()
     db = workdir / "state.db"
     store = SQLiteStore(db)
+    events: list[CallEvent] = []
     guard = Guard(secrets=[secret] if registered else [], scan_env_secrets=True,
-                  store=store, trace=trace_out, capture_content=True,
+                  store=store, trace=trace_out, capture_content=True, observers=[events.append],
                   limits=Limits(retry_limit=1, backoff=Backoff(attempts=1)))
     name, args, register = _call_for(placement, placed)
     register(guard)
@@ -262,6 +264,7 @@ def _trial(matrix: Matrix, workdir: Path, kind: str, secret: str, registered: bo
         "trace": trace_out.getvalue(),
         "spans": json.dumps([dict(s.attributes or {}) | {"name": s.name}
                              for s in _EXPORTER.get_finished_spans()], default=str),
+        "observers": json.dumps([e.to_dict() for e in events], default=str),
         "logs": "\n".join(capture.lines),
         "ledger": json.dumps([e.to_dict() for e in guard.ledger], default=str),
         "incidents": json.dumps([i.to_dict() for i in guard.incidents], default=str),

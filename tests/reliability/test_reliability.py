@@ -24,8 +24,8 @@ def test_generated_hostile_calls_never_raise_hang_leak_or_overflow() -> None:
 def test_canary_matrix_leaks_nothing_in_any_channel(tmp_path: Path) -> None:
     """Nine secret kinds (registered and environment) in twelve forms, and five credential
     shapes nobody registered in ten, placed in arguments, returns, exceptions, exception
-    chains and tool names, appear in no channel: text, data, trace, spans, logs, ledger,
-    store, incidents."""
+    chains and tool names, appear in no channel: text, data, trace, spans, observers, logs,
+    ledger, store, incidents."""
     placements = ("argument", "bytes_argument", "return_value", "exception_text",
                   "exception_chain", "unknown_tool_name")
     matrix = _canary.run_matrix(tmp_path, placements=placements)
@@ -38,8 +38,8 @@ def test_canary_matrix_leaks_nothing_in_any_channel(tmp_path: Path) -> None:
 def test_a_call_id_carrying_a_secret_leaks_into_no_model_or_telemetry_channel(
         tmp_path: Path) -> None:
     """A secret in the call id, in any form, reaches neither the model nor the JSONL trace,
-    the OpenTelemetry spans (``gen_ai.tool.call.id``), the logs, the incidents, the effect
-    ledger or the store."""
+    the OpenTelemetry spans (``gen_ai.tool.call.id``), the observers' events, the logs, the
+    incidents, the effect ledger or the store."""
     matrix = _canary.run_matrix(tmp_path, placements=("call_id",))
     assert "ledger" in matrix.leaks and "store" in matrix.leaks
     assert matrix.leaks == dict.fromkeys(matrix.leaks, 0), matrix.examples
