@@ -362,20 +362,25 @@ def test_a_guards_call_line_is_redacted_field_by_field_and_stays_json(
     assert record["args"]["nested"] == {"password": "[REDACTED]"}
 
 
-def test_a_sink_writes_a_call_event_as_given_and_redacts_other_records_whole() -> None:
-    """A call event comes redacted by the guard that built it (see tests/test_emission.py):
-    the sink writes it as it is; any other record (an incident) passes through ``redact``
-    as one line."""
+def test_a_sinks_redact_passes_over_every_line_unless_the_guard_redacted_its_calls() -> None:
+    """A sink a user builds with ``redact`` runs it over every line, call lines included;
+    a guard's own sink (``redacted_calls=True``) writes the call event it redacted as it is,
+    and runs ``redact`` over the other records (an incident) as one line."""
     import io
 
     from toolfault._trace import JsonlSink
 
-    out = io.StringIO()
-    sink = JsonlSink(out, redact=lambda line: line.replace("x", "?"))
-    sink(_event())  # type: ignore[arg-type]
-    sink.write({"type": "incident", "detail": "x"})
-    call, incident = map(json.loads, out.getvalue().splitlines())
-    assert call["args"] == {"q": "x"} and incident["detail"] == "?"
+    lines = []
+    for redacted_calls in (False, True):
+        out = io.StringIO()
+        sink = JsonlSink(out, redact=lambda line: line.replace("x", "?"),
+                         redacted_calls=redacted_calls)
+        sink(_event())  # type: ignore[arg-type]
+        sink.write({"type": "incident", "detail": "x"})
+        lines.append(list(map(json.loads, out.getvalue().splitlines())))
+    (users_call, users_incident), (guards_call, guards_incident) = lines
+    assert users_call["args"] == {"q": "?"} and users_incident["detail"] == "?"
+    assert guards_call["args"] == {"q": "x"} and guards_incident["detail"] == "?"
 
 
 def test_the_trace_alone_writes_the_line_an_observed_guard_writes() -> None:

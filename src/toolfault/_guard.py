@@ -131,7 +131,8 @@ class Guard:
             error_result=error_result, idempotency_retention=float(idempotency_retention))
         self._scope = Scope(task_id, mode)
         redactor = Redactor(secrets, scan_env=scan_env_secrets)
-        sink = None if trace is None else _trace.JsonlSink(trace, redact=redactor.secrets)
+        sink = None if trace is None else _trace.JsonlSink(trace, redact=redactor.secrets,
+                                                           redacted_calls=True)
         self._shared = Shared(
             tools={},
             store=DegradingStore(store or MemoryStore(), policy=state_failure,

@@ -165,6 +165,10 @@ _FILE_BUFFER = 1 << 18
 _PENDING_LINES = 512
 
 
+#: A call line's text fields, which a sink's own ``redact`` passes over one by one.
+_TEXT_FIELDS = ("tool", "call_id", "task", "code", "mode")
+
+
 class JsonlSink:
     """Appends one JSON line per call and per incident; thread-safe.
 
@@ -177,15 +181,19 @@ class JsonlSink:
     lines of the last interval.
     ``flush_interval=0`` flushes every line, as a log you tail may want.
 
-    A call line is its :class:`CallEvent` as the guard redacted it; ``redact`` is for every
-    other line (incidents, records given to :meth:`write`), whole.
+    ``redact`` passes over every line: a call line's text fields one by one (before JSON
+    escapes them), then each line whole.  ``redacted_calls=True`` says call lines come from
+    events the guard redacted already, field by field (a guard's own ``trace=`` sink): they
+    are written as they are, and ``redact`` passes over the other lines (incidents, records
+    given to :meth:`write`).
     """
 
     def __init__(self, target: str | Path | IO[str], *,
                  redact: Callable[[str], str] | None = None,
-                 flush_interval: float = 1.0) -> None:
-        #: What a record given to :meth:`write` passes through, as one line.
+                 flush_interval: float = 1.0, redacted_calls: bool = False) -> None:
         self._redact = redact
+        #: Call lines need no pass of ``redact`` (see the class docstring).
+        self._redacted_calls = redacted_calls
         self._lock = threading.Lock()
         self._interval = flush_interval
         self._timer: threading.Timer | None = None
@@ -216,11 +224,21 @@ class JsonlSink:
         self._line(line, now=record.get("type") != "call")
 
     def __call__(self, event: CallEvent) -> None:
-        """Append the event's call line as it is: the guard redacted its fields one by one,
-        before JSON escaped them.  Redacting the whole line again found no secret they kept;
-        it only ever changed a line by eating a field's closing quote (``token="``), which
-        broke the JSON (tests/test_emission.py compares the lines)."""
-        self._line(event.to_jsonl(), now=False)
+        """Append the event's call line.  A guard's own sink writes it as it is: the guard
+        redacted its fields one by one, before JSON escaped them, and redacting the whole
+        line again found no secret they kept (it only ever changed a line by eating a
+        field's closing quote, ``token="``, which broke the JSON: tests/test_emission.py
+        compares the lines)."""
+        redact = self._redact
+        if redact is None or self._redacted_calls:
+            self._line(event.to_jsonl(), now=False)
+            return
+        record = event.to_dict()
+        for key in _TEXT_FIELDS:
+            value = record[key]
+            if isinstance(value, str):
+                record[key] = redact(value)
+        self._line(redact(_dumps(record)), now=False)
 
     def _line(self, line: str, *, now: bool) -> None:
         """Keep a line; a call line waits for its batch, others flush."""
