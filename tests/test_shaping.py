@@ -149,7 +149,7 @@ _SEAL_PIECES = st.sampled_from([
 _SEAL_TEXTS = st.lists(_SEAL_PIECES, max_size=6).map("".join)
 
 
-def _shaper(redactor: Redactor, tool: str) -> tuple[Shaper, _Call]:
+def _shaper(redactor: Redactor, tool: str) -> tuple[Shaper, Settings, _Call]:
     """A shaper on the default catalog and one call of ``tool``, as a guard wires them."""
     def search(note: str, password: str, items: list[str]) -> None:
         """Search."""
@@ -162,41 +162,41 @@ def _shaper(redactor: Redactor, tool: str) -> tuple[Shaper, _Call]:
                         isolate_sync_tools=False, count_tokens=estimate_tokens,
                         capture_content=False, error_result=None, idempotency_retention=60.0)
     shaper = Shaper(settings, Scope("task-1", "enforce"), {tool: spec}, redactor)
-    return shaper, _Call(spec, tool, {}, "call-1", 0.0)
+    return shaper, settings, _Call(spec, tool, {}, "call-1", 0.0)
 
 
-def _one_pass_seal(shaper: Shaper, redactor: Redactor, result: ToolResult
+def _one_pass_seal(settings: Settings, redactor: Redactor, result: ToolResult
                    ) -> tuple[str, Any, str]:
     """The seal as it was: one pass of ``secrets`` over the whole text."""
     text, data = redactor.secrets(result.text), redactor.value(result.data)
-    catalog, count = shaper._settings.catalog, shaper._settings.count_tokens
-    text, data = fit_to_budget(text, data, catalog.token_budget, count)
+    text, data = fit_to_budget(text, data, settings.catalog.token_budget,
+                               settings.count_tokens)
     return text, data, redactor.secrets(result.tool)
 
 
 @settings(max_examples=700, deadline=None)
-@given(tool=st.sampled_from(["search_flights", "Bearer", "sk-abcdefghijklmnopqrstu", "x"]),
+@given(tool=st.sampled_from(["search_flights", "Bearer", "sk-abcdefghijklmnopqrstu", "x", SECRET]),
        code=st.sampled_from(["invalid_argument", "not_found", "rate_limited", "conflict"]),
        reason=_SEAL_TEXTS, said=_SEAL_TEXTS | st.none(), note=_SEAL_TEXTS,
        password=_SEAL_TEXTS, items=st.lists(_SEAL_TEXTS, max_size=3),
        retry_after=st.none() | st.sampled_from([2.0, 9000.0, 0.5]),
-       registered=st.booleans())
+       registered=st.sampled_from([(), (SECRET,), (SECRET, "9000")]))
 def test_the_seal_redacts_a_message_by_its_pieces_as_one_pass_over_its_text(
         tool: str, code: str, reason: str, said: str | None, note: str, password: str,
-        items: list[str], retry_after: float | None, registered: bool) -> None:
+        items: list[str], retry_after: float | None, registered: tuple[str, ...]) -> None:
     """A first-time failure's sealed message reads exactly as one pass over its whole text
     would make it, wherever that pass left the message's own words whole.  Where it did not
     (a shape or a registered secret completed by those words), no part of the message and
     nothing across its parts holds a secret: with the words between the parts replaced by a
     join no shape crosses (a quote between spaces), the whole text passes clean."""
-    redactor = Redactor([SECRET] if registered else [], scan_env=False)
-    shaper, call = _shaper(redactor, tool)
+    redactor = Redactor(registered, scan_env=False)
+    shaper, shaping, call = _shaper(redactor, tool)
     call.args = {"note": note, "password": password, "items": items}
     failure = from_entry(Catalog.default().get(code), reason, next_action=said,
                          retry_after=retry_after)
     result = shaper.four_part(call, failure)
     sealed = shaper.seal(result)
-    text, data, name = _one_pass_seal(shaper, redactor, result)
+    text, data, name = _one_pass_seal(shaping, redactor, result)
     assert sealed.tool == name
     if all(join in text for join in _JOINS):
         assert (sealed.text, sealed.data) == (text, data)

@@ -281,8 +281,8 @@ class Shaper:
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def seal(self, result: ToolResult) -> ToolResult:
-        """The single exit of a shaped failure: one redaction pass over the name, the text and
-        the data (every form of every secret), and the message cut to the token budget."""
+        """The single exit of a shaped failure: the name, the text and the data redacted (every
+        form of every secret), and the message cut to the token budget."""
         if result.ok:
             return result  # a success's text and data were redacted as one in _success_text
         redactor = self._redactor
@@ -305,15 +305,17 @@ class Shaper:
 
     def _sealed_text(self, result: ToolResult, data: Any) -> str:
         """A failure's text redacted.  A four-part message (the text its problem renders) is
-        joined again from ``data``, the problem as just redacted, so no piece of it is
-        redacted twice and none of the message's own words once; any other text whole."""
+        joined again from ``data``, the problem as just redacted, so no part of it is redacted
+        twice; any other text (or a problem that lost a field to redaction) whole."""
         redactor = self._redactor
         parts = parts_of(result.data)
         redacted = parts_of(data) if parts is not None and parts.text() == result.text \
             else None
         if redacted is None:
             return redactor.secrets(result.text)
-        return redactor.joined(redacted._replace(said=redactor.secrets(redacted.said)).text())
+        # The verdict is the message's own words and a wait, which may spell a registered number.
+        said = redactor.secrets(redacted.said)
+        return redactor.joined(redacted._replace(said=said).text())
 
     def last_resort(self, name: object, args: Any, call_id: str | None,
                     exc: BaseException) -> ToolResult:
