@@ -278,11 +278,17 @@ class Parts(NamedTuple):
     next_action: str
 
     def text(self) -> str:
-        return (f"{self.tool} failed (code: {self.code}).\n"
-                f"Reason: {self.reason}\n"
-                f"Rejected arguments: {self.args_text or '{}'}.\n"
-                f"Effect: {self.effect}. {self.said}\n"
-                f"Next action: {self.next_action}")
+        return _four_part_text(*self)
+
+
+def _four_part_text(tool: str, code: str, reason: str, args_text: str, effect: str, said: str,
+                    next_action: str) -> str:
+    """:meth:`Parts.text`, for :func:`render_error` without building the tuple."""
+    return (f"{tool} failed (code: {code}).\n"
+            f"Reason: {reason}\n"
+            f"Rejected arguments: {args_text or '{}'}.\n"
+            f"Effect: {effect}. {said}\n"
+            f"Next action: {next_action}")
 
 
 #: The outcome each ``Effect:`` word names.
@@ -320,7 +326,7 @@ def render_error(
     next_action = sentence(next_action) or "stop and report this failure to the user."
     # Outcome hashes in Python (Enum.__hash__): the usual verdict without a dict lookup.
     effect = "none" if outcome is Outcome.NO_EFFECT else EFFECT_WORD[outcome]
-    text = Parts(tool, code, reason, args_text, effect, said, next_action).text()
+    text = _four_part_text(tool, code, reason, args_text, effect, said, next_action)
     problem: dict[str, Any] = {
         "type": f"urn:toolfault:error:{code}",
         "title": title or code.replace("_", " "),
