@@ -9,7 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolfault import Redactor
-from toolfault._message import _encode_echo, _shrink, echo_args, redacted_echo
+from toolfault._errors import Outcome
+from toolfault._message import (
+    _encode_echo,
+    _shrink,
+    echo_args,
+    parts_of,
+    redacted_echo,
+    render_error,
+    render_terminal,
+)
 
 SECRET = "s3cr3t-Value-9000"
 
@@ -85,3 +94,35 @@ def test_floats_echo_as_the_model_can_read_them() -> None:
     """NaN and infinities are words in the echo, not invalid JSON."""
     assert echo_args({"a": math.nan, "b": -math.inf, "c": 1.5}) == \
         '{"a": "NaN", "b": "-Infinity", "c": 1.5}'
+
+
+_WORDS = st.text(max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tool=_WORDS, code=_WORDS, reason=_WORDS, args_text=_WORDS, next_action=_WORDS,
+       outcome=st.sampled_from(list(Outcome)), retryable=st.booleans(),
+       retry_after=st.none() | st.floats(0, 1e6) | st.integers(0, 10**9))
+def test_a_rendered_problem_gives_back_the_parts_of_its_text(
+        tool: str, code: str, reason: str, args_text: str, next_action: str, outcome: Outcome,
+        retryable: bool, retry_after: float | None) -> None:
+    """The seal reads a message's parts back from its problem: joined, they are its text."""
+    rendered = render_error(tool=tool, code=code, reason=reason, args_text=args_text,
+                            outcome=outcome, retryable=retryable, retry_after=retry_after,
+                            next_action=next_action)
+    parts = parts_of(rendered.problem)
+    assert parts is not None and parts.text() == rendered.text
+
+
+def test_a_problem_render_error_did_not_make_gives_no_parts() -> None:
+    """The terminal message, a changed field or a foreign value: no parts, no four-part text."""
+    terminal = render_terminal(tool="t", code="c", count=3, moves=[], args_text="{}")
+    problem = render_error(tool="t", code="c", reason="r", args_text="{}",
+                           outcome=Outcome.NO_EFFECT, retryable=False, retry_after=None,
+                           next_action="n").problem
+    assert parts_of(problem) is not None
+    for changed in ({"effect": "maybe"}, {"tool": 1}, {"retryable": None},
+                    {"retry_after": "soon"}, {"retry_after": True}):
+        assert parts_of({**problem, **changed}) is None
+    assert parts_of(terminal.problem) is None
+    assert parts_of(["not", "a", "dict"]) is None

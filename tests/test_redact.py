@@ -712,3 +712,15 @@ def test_a_four_part_message_skips_the_split_run_pass_but_a_split_key_does_not()
                   "c2stcHJvai1hYmNkZWZn\naGlqa2xtbm9wcXJzdHV2"):
         assert _may_be_split(f"x {split} y")
         assert "[REDACTED]" in redactor.secrets(f"x {split} y"), split
+
+
+@pytest.mark.parametrize("short", ["token%3Dx", "token=\nx", "token=\r\nx", "token%3Dxy."])
+def test_a_short_text_is_searched_for_encoded_shapes_as_a_long_one_is(short: str) -> None:
+    """The shortest shape (``token=x``) is 7 characters, so 8 encoded (one ``%XX``, one line
+    break): a short reason, name or member is searched as the whole message holding it is,
+    where only texts of 16 characters or more were."""
+    redactor = Redactor(scan_env=False)
+    assert redactor.secrets(short) == "[REDACTED]"
+    assert redactor.secrets(f"note: {short} end") == "note: [REDACTED] end"
+    for plain in ("economy", "hello%20world", "a\nb\nc\nd\ne", "search_flights"):
+        assert redactor.secrets(plain) == plain

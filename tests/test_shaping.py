@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolfault import Redactor
-from toolfault._shaping import _PAIR, _prose_pair
+from toolfault import Redactor, ToolResult
+from toolfault._call import _Call
+from toolfault._catalog import Catalog
+from toolfault._classify import from_entry
+from toolfault._limits import Limits
+from toolfault._message import fit_to_budget
+from toolfault._settings import Scope, Settings
+from toolfault._shaping import _PAIR, Shaper, _prose_pair
+from toolfault._tokens import estimate_tokens
+from toolfault._tool import build_spec
 
 SECRET = "s3cr3t-Value-9000"
 _PIECES = st.sampled_from([
@@ -119,3 +128,80 @@ def test_a_model_result_keeps_its_field_names() -> None:
         flight_no: str = Field(alias="flightNo")
 
     assert json.loads(_success_text(Flight(flightNo="UA1"))) == {"flight_no": "UA1"}
+
+
+# -- the seal: a four-part message redacted by its pieces --------------------------------
+#: What render_error writes between a message's parts: a credential the one pass over the
+#: whole text finds across a join takes some of these in.
+_JOINS = (" failed (code: ", ").\nReason: ", "\nRejected arguments: ", ".\nEffect: ",
+          "\nNext action: ")
+#: Shapes the pieces below may assemble, some only in a text of 16 characters or more, some
+#: encoded, split or completed by a join ("eyJ….x." + "Rejected" reads as a JWT).
+_SEAL_PIECES = st.sampled_from([
+    "max_price", " must be ", "greater than 0", "/srv/app/data.db", SECRET, "s3cr3t",
+    "-Value-9000", "token=", "token=abcd1234", "token%3D", "%3D", "x", "Bearer", " bearer ",
+    "abcdefghijklmnop", "sk-", "sk-abcdefghijklmnopqrstu", "-----BEGIN PRIVATE KEY-----",
+    "eyJ", "eyJhbGciOiJI", ".", "payload1", "\n", "\r\n", " ", "\\n", "\\u003d", "\\", "0",
+    "c2stcHJvai1hYmNkZWZnaGlqa2xtbm9wcXJzdHV2", "QUtJQUlPU0ZPRE5ON0VYQU1QTEU=", "==",
+    "736b2d70726f6a2d6162636465666768696a6b6c6d6e6f", "AKIA", "IOSFODNN7EXAMPLE", "ghp_",
+    "postgres://app:", "pw", "@db/app", "Reason:", "Rejected", "SFO", "é", "\x00", ":",
+])
+_SEAL_TEXTS = st.lists(_SEAL_PIECES, max_size=6).map("".join)
+
+
+def _shaper(redactor: Redactor, tool: str) -> tuple[Shaper, Settings, _Call]:
+    """A shaper on the default catalog and one call of ``tool``, as a guard wires them."""
+    def search(note: str, password: str, items: list[str]) -> None:
+        """Search."""
+
+    spec = build_spec(search, name=tool, description=None, alternatives=(), normalize=None,
+                      schema=None, cost=1.0, side_effect=False, postcondition=None,
+                      timeout=None, idempotency_key=None, check_with=None, retry_limit=None,
+                      error_result=None)
+    settings = Settings(limits=Limits(), catalog=Catalog.default(), deadline=None,
+                        isolate_sync_tools=False, count_tokens=estimate_tokens,
+                        capture_content=False, error_result=None, idempotency_retention=60.0)
+    shaper = Shaper(settings, Scope("task-1", "enforce"), {tool: spec}, redactor)
+    return shaper, settings, _Call(spec, tool, {}, "call-1", 0.0)
+
+
+def _one_pass_seal(settings: Settings, redactor: Redactor, result: ToolResult
+                   ) -> tuple[str, Any, str]:
+    """The seal as it was: one pass of ``secrets`` over the whole text."""
+    text, data = redactor.secrets(result.text), redactor.value(result.data)
+    text, data = fit_to_budget(text, data, settings.catalog.token_budget,
+                               settings.count_tokens)
+    return text, data, redactor.secrets(result.tool)
+
+
+@settings(max_examples=700, deadline=None)
+@given(tool=st.sampled_from(["search_flights", "Bearer", "sk-abcdefghijklmnopqrstu", "x", SECRET]),
+       code=st.sampled_from(["invalid_argument", "not_found", "rate_limited", "conflict"]),
+       reason=_SEAL_TEXTS, said=_SEAL_TEXTS | st.none(), note=_SEAL_TEXTS,
+       password=_SEAL_TEXTS, items=st.lists(_SEAL_TEXTS, max_size=3),
+       retry_after=st.none() | st.sampled_from([2.0, 9000.0, 0.5]),
+       registered=st.sampled_from([(), (SECRET,), (SECRET, "9000")]))
+def test_the_seal_redacts_a_message_by_its_pieces_as_one_pass_over_its_text(
+        tool: str, code: str, reason: str, said: str | None, note: str, password: str,
+        items: list[str], retry_after: float | None, registered: tuple[str, ...]) -> None:
+    """A first-time failure's sealed message reads exactly as one pass over its whole text
+    would make it, wherever that pass left the message's own words whole.  Where it did not
+    (a shape or a registered secret completed by those words), no part of the message and
+    nothing across its parts holds a secret: with the words between the parts replaced by a
+    join no shape crosses (a quote between spaces), the whole text passes clean."""
+    redactor = Redactor(registered, scan_env=False)
+    shaper, shaping, call = _shaper(redactor, tool)
+    call.args = {"note": note, "password": password, "items": items}
+    failure = from_entry(Catalog.default().get(code), reason, next_action=said,
+                         retry_after=retry_after)
+    result = shaper.four_part(call, failure)
+    sealed = shaper.seal(result)
+    text, data, name = _one_pass_seal(shaping, redactor, result)
+    assert sealed.tool == name
+    if all(join in text for join in _JOINS):
+        assert (sealed.text, sealed.data) == (text, data)
+        return
+    neutral = sealed.text
+    for join in _JOINS:
+        neutral = neutral.replace(join, ' " ')
+    assert redactor.secrets(neutral) == neutral

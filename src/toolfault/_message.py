@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from toolfault._errors import Outcome
 from toolfault._jsontext import prebuilt_encoder
@@ -265,6 +265,39 @@ def format_seconds(seconds: float) -> str:
     return f"{text} second" if text == "1" else f"{text} seconds"
 
 
+class Parts(NamedTuple):
+    """What a four-part message is rendered from: joined with :func:`render_error`'s own
+    words, its text."""
+
+    tool: str
+    code: str
+    reason: str
+    args_text: str
+    effect: str
+    said: str
+    next_action: str
+
+    def text(self) -> str:
+        return _four_part_text(*self)
+
+
+def _four_part_text(tool: str, code: str, reason: str, args_text: str, effect: str, said: str,
+                    next_action: str) -> str:
+    """:meth:`Parts.text`, for :func:`render_error` without building the tuple."""
+    return (f"{tool} failed (code: {code}).\n"
+            f"Reason: {reason}\n"
+            f"Rejected arguments: {args_text or '{}'}.\n"
+            f"Effect: {effect}. {said}\n"
+            f"Next action: {next_action}")
+
+
+#: The outcome each ``Effect:`` word names.
+_OUTCOME_OF = {word: outcome for outcome, word in EFFECT_WORD.items()}
+_EXACT_STR = frozenset({str})
+#: The problem's fields that hold a four-part message's words, as :func:`render_error` fills them.
+_WORD_FIELDS = ("tool", "code", "detail", "rejected_arguments", "effect", "next_action")
+
+
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A rendered failure: what the model reads and the same content as data."""
@@ -293,13 +326,7 @@ def render_error(
     next_action = sentence(next_action) or "stop and report this failure to the user."
     # Outcome hashes in Python (Enum.__hash__): the usual verdict without a dict lookup.
     effect = "none" if outcome is Outcome.NO_EFFECT else EFFECT_WORD[outcome]
-    text = (
-        f"{tool} failed (code: {code}).\n"
-        f"Reason: {reason}\n"
-        f"Rejected arguments: {args_text or '{}'}.\n"
-        f"Effect: {effect}. {said}\n"
-        f"Next action: {next_action}"
-    )
+    text = _four_part_text(tool, code, reason, args_text, effect, said, next_action)
     problem: dict[str, Any] = {
         "type": f"urn:toolfault:error:{code}",
         "title": title or code.replace("_", " "),
@@ -316,6 +343,25 @@ def render_error(
     if retry_after:
         problem["retry_after"] = retry_after
     return Rendered(text, problem)
+
+
+def parts_of(problem: Any) -> Parts | None:
+    """The parts :func:`render_error` rendered ``problem``'s text from, read back from the
+    problem (the verdict from its effect, retryability and wait); ``None`` when ``problem``
+    has not the fields and types render_error gives it."""
+    if type(problem) is not dict:
+        return None
+    words: list[Any] = [problem.get(field) for field in _WORD_FIELDS]
+    retryable, retry_after = problem.get("retryable"), problem.get("retry_after")
+    if not _EXACT_STR.issuperset(map(type, words)) or type(retryable) is not bool or \
+            not (retry_after is None or type(retry_after) in (int, float)):
+        return None
+    tool, code, reason, args_text, effect, next_action = words
+    outcome = _OUTCOME_OF.get(effect)
+    if outcome is None:
+        return None
+    return Parts(tool, code, reason, args_text, effect, verdict(outcome, retryable, retry_after),
+                 next_action)
 
 
 def join_moves(moves: Sequence[str]) -> str:

@@ -869,6 +869,16 @@ class Redactor:
             clean.add(text)
         return out
 
+    def joined(self, text: str) -> str:
+        """A text its caller joined of pieces each already redacted and words of its own (a
+        four-part message), redacted: what :meth:`secrets` finds in the whole beyond what it
+        found in each piece, registered secrets, whose forms may span pieces.
+
+        A credential shape or an encoded run spanning a join would take in some of the
+        caller's words, which hold none: the secret it names is the piece's part, redacted.
+        """
+        return self._registered(text) if self._forms else text
+
     def quoted(self, text: str) -> str:
         """``text`` redacted, as a JSON string (quoted and escaped): a trace line's text field.
 
@@ -892,7 +902,7 @@ class Redactor:
         out = self._registered(text) if self._forms else text
         if _may_hold_secret(out):
             out = _shapes_sub(out)
-        if len(out) >= 16:
+        if len(out) > SHORTEST_SHAPE:  # an encoded shape is longer than the shape itself
             out = _encoded_shapes(out)
         return out
 

@@ -29,6 +29,7 @@ from toolfault._message import (
     echo_args,
     fit_to_budget,
     format_seconds,
+    parts_of,
     redacted_echo,
     render_error,
     render_terminal,
@@ -280,12 +281,13 @@ class Shaper:
         return self._error_result(call, failure, text, problem, terminal=False)
 
     def seal(self, result: ToolResult) -> ToolResult:
-        """The single exit of a shaped failure: one redaction pass over the name, the text and
-        the data (every form of every secret), and the message cut to the token budget."""
+        """The single exit of a shaped failure: the name, the text and the data redacted (every
+        form of every secret), and the message cut to the token budget."""
         if result.ok:
             return result  # a success's text and data were redacted as one in _success_text
         redactor = self._redactor
-        text, data = redactor.secrets(result.text), redactor.value(result.data)
+        data = redactor.value(result.data)
+        text = self._sealed_text(result, data)
         if not isinstance(data, dict):
             data = {"detail": data}
         settings = self._settings
@@ -300,6 +302,20 @@ class Shaper:
         if text == result.text and tool == result.tool and data == result.data:
             return result
         return replace(result, tool=tool, text=text, data=data)
+
+    def _sealed_text(self, result: ToolResult, data: Any) -> str:
+        """A failure's text redacted.  A four-part message (the text its problem renders) is
+        joined again from ``data``, the problem as just redacted, so no part of it is redacted
+        twice; any other text (or a problem that lost a field to redaction) whole."""
+        redactor = self._redactor
+        parts = parts_of(result.data)
+        redacted = parts_of(data) if parts is not None and parts.text() == result.text \
+            else None
+        if redacted is None:
+            return redactor.secrets(result.text)
+        # The verdict is the message's own words and a wait, which may spell a registered number.
+        said = redactor.secrets(redacted.said)
+        return redactor.joined(redacted._replace(said=said).text())
 
     def last_resort(self, name: object, args: Any, call_id: str | None,
                     exc: BaseException) -> ToolResult:
