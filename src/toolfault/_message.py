@@ -149,9 +149,7 @@ def _echo_mapping(value: Mapping[Any, Any], depth: int, secret: bool, redactor: 
             beyond.add(key)
             _hidden_in(v, depth + 1, redactor, below)
             continue
-        kind = type(v)  # scalars (most members) without a call to _echo_value
-        out[key] = (_echo_scalar(v, kind, secret or keyed, secrets) if kind in _ECHO_SCALARS
-                    else _echo_value(v, depth + 1, secret or keyed, redactor, below))
+        out[key] = _echo_value(v, depth + 1, secret or keyed, redactor, below)
     if beyond:
         out["…"] = f"+{len(beyond)} more keys"
     return out
@@ -179,7 +177,7 @@ def _echo_scalar(value: Any, kind: type, hide: bool, secrets: Callable[[str], st
         return REDACTED
     if kind is str:
         shown = secrets(value)
-        return shown if len(shown) <= MAX_STRING else _short(shown)
+        return _short(shown)
     if kind is int:
         return value
     return value if value - value == 0.0 else _shrink_float(value)  # NaN, infinities: in words
@@ -227,10 +225,7 @@ def _is_mapping(value: Any, kind: type) -> bool:
 def _echo_list(value: Sequence[Any], depth: int, secret: bool, redactor: Redactor,
                hidden: set[str] | None) -> list[Any]:
     items = value if type(value) is list or type(value) is tuple else list(value)
-    secrets = redactor.secrets
-    # Strings (most members) inline, as _echo_value words them.
-    shown = [(REDACTED if secret else _short(secrets(v))) if type(v) is str
-             else _echo_value(v, depth + 1, secret, redactor, hidden) for v in items[:MAX_ITEMS]]
+    shown = [_echo_value(v, depth + 1, secret, redactor, hidden) for v in items[:MAX_ITEMS]]
     if len(items) > MAX_ITEMS:
         shown.append(f"…(+{len(items) - MAX_ITEMS} items)")
         if hidden is not None:

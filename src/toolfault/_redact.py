@@ -1000,16 +1000,9 @@ class Redactor:
         return REDACTED if secret else self._other(value)
 
     def _sequence(self, value: Iterable[Any], depth: int, secret: bool) -> list[Any]:
-        """:meth:`value` of a list or tuple (members at ``depth + 1``); clean short strings
-        are answered from memory without a call."""
+        """:meth:`value` of a list or tuple (members at ``depth + 1``)."""
         walk = self._walk
-        if secret:
-            return [REDACTED if type(v) is str else walk(v, None, depth + 1, True)
-                    for v in value]
-        clean, secrets = self._clean, self.secrets
-        shortest = self._shortest  # after the set: add() replaces the set last
-        return [(v if len(v) < shortest or v in clean else secrets(v)) if type(v) is str
-                else walk(v, None, depth + 1, False) for v in value]
+        return [walk(v, None, depth + 1, secret) for v in value]
 
     def _other(self, value: Any) -> Any:
         """Subclasses of scalars, bytes, and any other object (by its redacted ``repr``)."""
@@ -1026,26 +1019,13 @@ class Redactor:
         return self.secrets(shown[:2_000])
 
     def _mapping(self, value: Mapping[Any, Any], depth: int, secret: bool) -> dict[str, Any]:
-        """:meth:`value` of a mapping, with its keys and string members handled inline (the
-        common case: a tool's flat arguments) instead of one recursive call each."""
-        secrets = self.secrets
-        clean = self._clean  # exact strs only below; one set for the whole mapping
-        # Shorter than this, secrets() returns the text as it is (read after the set: add()
-        # replaces the set last, so a new set comes with its own shortest form).
-        shortest = self._shortest
+        """:meth:`value` of a mapping: keys as redacted text, each member under its key's name
+        (a secret-named key redacts all below it)."""
+        secrets, walk = self.secrets, self._walk
         out: dict[str, Any] = {}
         for k, v in value.items():
-            if type(k) is str:
-                name, shown = k, (k if k in clean else secrets(k))
-            else:  # str() may return a subclass: never answered from memory
-                name = str(k)
-                shown = secrets(name)
-            if type(v) is not str:
-                out[shown] = self._walk(v, name, depth + 1, secret)
-            elif secret or _is_secret_key(name):
-                out[shown] = REDACTED
-            else:
-                out[shown] = v if len(v) < shortest or v in clean else secrets(v)
+            name = k if type(k) is str else str(k)  # str() may return a subclass: secrets() copes
+            out[secrets(name)] = walk(v, name, depth + 1, secret)
         return out
 
     def hidden_values(self, value: Any, *, key: str | None = None, _depth: int = 0) -> set[str]:
