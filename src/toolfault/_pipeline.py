@@ -500,28 +500,36 @@ class Pipeline:
 
 
 class _Deferred(LazyFingerprint):
-    """The fingerprint of one call's arguments, computed only if someone asks."""
+    """The fingerprint of one call's arguments, computed only if someone asks: a
+    :class:`LazyFingerprint` holding the arguments instead of a closure over them (a
+    closure and a call to the base constructor cost a microsecond per call)."""
 
     __slots__ = ("_args", "_sorted", "_spec")
 
     def __init__(self, spec: ToolSpec, args: dict[str, Any], *, in_order: bool) -> None:
-        super().__init__(self._computed)
+        self._value: str | None = None  # computed by __call__; no closure to keep
+        self._compute = None
         self._spec = spec
         self._args = args
         #: ``args`` has its keys in sorted order already.
         self._sorted = in_order
 
-    def _computed(self) -> str:
+    def __call__(self) -> str:
         """The fingerprint: the arguments are JSON's own types (parsed from JSON text,
         validated by the tool's strict twin, or checked by ``_plain``) and the tool has no
         normalizers (see ``admit``)."""
-        try:
-            return fingerprint_json_values(self._spec.name, self._args, in_order=self._sorted)
-        except (ValueError, TypeError, RecursionError):
-            # Not reachable for such arguments; a store must never see a raise.
-            basis = echo_args(self._args)
-            return hashlib.sha256(f"__invalid__\x00{self._spec.name}\x00{basis}".encode(
-                "utf-8", "surrogatepass")).hexdigest()
+        value = self._value
+        if value is None:
+            try:
+                value = fingerprint_json_values(self._spec.name, self._args,
+                                                in_order=self._sorted)
+            except (ValueError, TypeError, RecursionError):
+                # Not reachable for such arguments; a store must never see a raise.
+                basis = echo_args(self._args)
+                value = hashlib.sha256(f"__invalid__\x00{self._spec.name}\x00{basis}".encode(
+                    "utf-8", "surrogatepass")).hexdigest()
+            self._value = value
+        return value
 
 
 _SCALARS = (int, bool, type(None))

@@ -762,10 +762,6 @@ def _searchable_forms(secrets: Iterable[str]) -> set[str]:
     return forms
 
 
-#: The exact types :meth:`Redactor.value` treats as scalars that may hold a secret.
-_TEXT_AND_NUMBERS = frozenset({str, int, float})
-
-
 class Redactor:
     """Removes secrets (always) and internal identifiers (in prose) from outgoing text."""
 
@@ -971,19 +967,13 @@ class Redactor:
         if kind is bool or value is None:
             return value
         secret = secret or (key is not None and _is_secret_key(key))
-        if kind in _TEXT_AND_NUMBERS:
-            return self._scalar(value, secret)
+        if kind is str:
+            return REDACTED if secret else self.secrets(value)
+        if kind is int or kind is float:
+            return REDACTED if secret or (self._numeric and self._number_holds(value)) else value
         if depth > 64:
             return "…"
         return self._nested(value, depth, secret)
-
-    def _scalar(self, value: str | int | float, secret: bool) -> Any:
-        """:meth:`value` of an exact ``str``, ``int`` or ``float``."""
-        if secret:
-            return REDACTED
-        if isinstance(value, str):  # exact types only come here: a str is a str
-            return self.secrets(value)
-        return REDACTED if self._numeric and self._number_holds(value) else value
 
     def _nested(self, value: Any, depth: int, secret: bool) -> Any:
         """:meth:`value` of mappings and sequences (exact types first: the common ones), and
