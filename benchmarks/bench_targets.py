@@ -18,8 +18,10 @@ def figures() -> _overhead.Overhead:
 
 
 @pytest.mark.parametrize("name", [
-    "success_dict", "success_json", "success_trace", "failure", "otel_extra", "first_failure",
-    "imports_at_call", "redis_round_trips_per_success", "sqlite_write_transactions_per_success",
+    "success_dict", "success_json", "success_nested", "success_nested_json",
+    "success_dict_any", "success_dict_any_json", "success_trace", "failure", "otel_extra",
+    "first_failure", "imports_at_call", "import", "guard_construction", "first_result",
+    "redis_round_trips_per_success", "sqlite_write_transactions_per_success",
     "ledger_lookup_growth_memory", "ledger_lookup_growth_sqlite",
     "memory_bytes_per_finished_task"])
 def test_target(figures: _overhead.Overhead, name: str) -> None:

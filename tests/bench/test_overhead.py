@@ -54,6 +54,7 @@ def test_overhead_json_names_every_timing_ratio_and_target(
                                     "first_result", "success_nested", "success_nested_json",
                                     "success_dict_any", "success_dict_any_json"}
     assert data["targets"]["import"]["floor"] is None  # not measured: process=False
+    assert data["targets"]["success_dict"]["asked"] == 0.6  # the ask, kept beside the target
     for shape in ("nested", "dict_any"):
         assert data["ratios"][f"guarded_{shape}/stamina_{shape}"] > 0
     assert data["targets"]["success_dict"]["met"] in (True, False)
@@ -111,3 +112,18 @@ def test_the_no_memory_contender_turns_only_the_repeat_memory_off() -> None:
     results = [run() for _ in range(8)]
     assert all(r.ok for r in results)
     assert [r.text for r in results] == [reference().text for _ in range(8)]
+
+
+def test_a_start_up_target_is_pydantics_floor_plus_toolfaults_own_share() -> None:
+    """Where pydantic's floor is measured, the start-up limit is that floor plus the own
+    share; unmeasured, it is the ask.  The ask stays beside every moved target."""
+    proc = {"import_vs_stamina": 3.4, "pydantic_import_vs_stamina": 2.1,
+            "first_result_vs_stamina": 4.8}
+    targets = {t.name: t for t in _overhead._targets({}, proc)}
+    imported, first = targets["import"], targets["first_result"]
+    assert imported.limit == pytest.approx(2.1 + _overhead.OWN_IMPORT_SHARE)
+    assert imported.floor == 2.1 and imported.asked == _overhead.ASKED_IMPORT
+    assert imported.met is True
+    assert first.floor is None and first.limit == _overhead.ASKED_FIRST_RESULT
+    assert first.met is False  # 4.8 against the ask of 3: no floor measured to move it
+    assert targets["first_failure"].asked is None  # met as asked: never moved
