@@ -127,3 +127,24 @@ def test_a_start_up_target_is_pydantics_floor_plus_toolfaults_own_share() -> Non
     assert first.floor is None and first.limit == _overhead.ASKED_FIRST_RESULT
     assert first.met is False  # 4.8 against the ask of 3: no floor measured to move it
     assert targets["first_failure"].asked is None  # met as asked: never moved
+
+
+def test_the_targets_table_in_the_docs_says_what_the_bench_checks() -> None:
+    """docs/bench.md's overhead table gives each target and ask as ``_targets`` sets them
+    (the start-up ones as pydantic's floor plus the own share): the page cannot drift."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "bench.md").read_text(encoding="utf-8")
+    rows = {cells[0]: cells[1:] for cells in (
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in page.splitlines() if line.startswith("| ") and line.count("|") == 5)}
+    proc = {"pydantic_import_vs_stamina": 0.0, "pydantic_first_result_vs_stamina": 0.0}
+    for target in _overhead._targets({}, proc):
+        asked, limit, _ = rows[target.label]
+        assert asked == ("" if target.asked is None else f"≤ {target.asked:g} {target.unit}")
+        number = float(re.findall(r"[\d.]+", limit.split("=")[-1])[0])
+        if target.floor is not None:  # pydantic's floor (0 here) + the own share
+            assert f"+ {target.limit:g} =" in limit, target.label
+        else:
+            assert number == target.limit, target.label
