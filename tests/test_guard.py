@@ -902,3 +902,30 @@ def test_a_tool_spec_is_frozen_and_a_changed_copy_takes_effect() -> None:
     assert guard.call("slow", {"x": 1}).code == "timeout"
     with pytest.raises(ConfigurationError):
         guard.add_spec("slow")  # type: ignore[arg-type]
+
+
+def test_a_removed_tool_is_unknown_until_registered_again() -> None:
+    """remove_tool unregisters a tool (giving back its spec); a call of it is then
+    unknown_tool, naming the tools there are; removing it again gives ``None``."""
+    guard = Guard(scan_env_secrets=False)
+
+    @guard.tool
+    def lookup(city: str) -> str:
+        """Look a city up. Use it for populations."""
+        return city
+
+    @guard.tool
+    def forecast(city: str) -> str:
+        """Forecast a city's weather. Use it before travel."""
+        raise ValueError(f"no forecast for {city}")
+
+    assert not guard.call("forecast", {"city": "Oslo"}).ok
+    spec = guard.remove_tool("forecast")
+    assert spec is not None and spec.name == "forecast"
+    assert set(guard.tools) == {"lookup"}
+    gone = guard.call("forecast", {"city": "Oslo"})
+    assert gone.code == "unknown_tool" and "lookup" in gone.text
+    assert guard.remove_tool("forecast") is None
+    guard.add_spec(spec)  # registered again: its body runs again
+    again = guard.call("forecast", {"city": "Bergen"})
+    assert not again.ok and "no forecast for Bergen" in again.text

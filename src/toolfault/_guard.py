@@ -313,6 +313,12 @@ class Guard:
             raise ConfigurationError("add_spec takes a ToolSpec (see Guard.tool to build one)")
         self._shared.tools[spec.name] = spec
 
+    def remove_tool(self, name: str) -> ToolSpec | None:
+        """Unregister a tool (the spec it had, or ``None``): a later call to it is answered
+        ``unknown_tool``, naming the tools there are.  What the guard counted for it (its
+        failures, blocks, ledger) stays, so registering it again does not wipe the turn."""
+        return self._shared.tools.pop(name, None)
+
     def register(self, obj: object, *, prefix: str = "", exclude: Iterable[str] = (),
                  **options: Any) -> list[str]:
         """Register every public method of an existing object as a tool, unmodified."""

@@ -97,6 +97,44 @@ async def test_tools_list_changed_relists_reregisters_and_reaches_the_client(
         "city": "Oslo", "population": 8800000}
 
 
+async def test_a_tool_the_upstream_drops_is_unknown_not_relayed(runs: Runs) -> None:
+    """The upstream adds a tool, then drops it and says tools/list_changed: the proxy lists
+    it no more, and a call of it is the guard's unknown_tool (naming the tools there are),
+    never sent upstream."""
+    changes = 0
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        nonlocal changes, changed
+        if isinstance(message, types.ToolListChangedNotification):
+            changes += 1
+            changed.set()
+
+    async with stdio_session(proxy_argv(*UPSTREAM), environ=env(UPSTREAM_RUNS=str(runs.path)),
+                             message_handler=on_message) as proxied:
+        await proxied.call_tool("add_tool", {})
+        with anyio.fail_after(20):
+            await changed.wait()
+        changed = anyio.Event()
+        while_there = await proxied.call_tool("late_check", {"code": "A1"})
+        dropped = await proxied.call_tool("drop_tool", {})
+        with anyio.fail_after(20):
+            await changed.wait()
+        listed = {t.name for t in (await proxied.list_tools()).tools}
+        gone = await proxied.call_tool("late_check", {"code": "A2"})
+        still = await proxied.call_tool("lookup", {"city": "Oslo"})
+
+    assert changes == 2 and text(dropped) == "dropped late_check"
+    assert "late_check" in text(while_there) and runs.count("late_check") == 1
+    assert "late_check" not in listed and "lookup" in listed
+    body = text(gone)
+    assert gone.is_error and body.startswith("late_check failed (code: unknown_tool)")
+    offered = body.split("call one of the available tools instead: ", 1)[1].rstrip(".")
+    assert offered and "late_check" not in offered.split(", ")  # the tools there are
+    assert runs.count("late_check") == 1  # the dropped tool's call never went upstream
+    assert not still.is_error
+
+
 # -- elicitation (a server-to-client request) ----------------------------------------------
 
 async def test_an_elicitation_of_the_upstream_reaches_the_client_and_its_answer_returns(

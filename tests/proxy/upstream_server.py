@@ -65,6 +65,9 @@ TOOLS = [
     types.Tool(name="add_tool", description="Adds the tool late_check; tools/list_changed.",
                input_schema={"type": "object", "properties": {}},
                annotations=ann(read_only_hint=False, idempotent_hint=True)),
+    types.Tool(name="drop_tool", description="Drops the tool late_check; tools/list_changed.",
+               input_schema={"type": "object", "properties": {}},
+               annotations=ann(read_only_hint=False, idempotent_hint=True)),
     types.Tool(name="ask_user", description="Asks the user for a name (elicitation).",
                input_schema={"type": "object", "properties": {}},
                annotations=ann(read_only_hint=True)),
@@ -161,6 +164,11 @@ async def call_tool(ctx: ServerRequestContext[Any, Any],
             TOOLS.append(LATE_TOOL)
         await ctx.session.send_tool_list_changed()
         return _text("added late_check")
+    if name == "drop_tool":
+        if LATE_TOOL in TOOLS:
+            TOOLS.remove(LATE_TOOL)
+        await ctx.session.send_tool_list_changed()
+        return _text("dropped late_check")
     if name == "late_check":
         return _text(f"code {args['code']} is not a valid check code", error=True)
     if name == "ask_user":

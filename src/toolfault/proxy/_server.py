@@ -231,8 +231,12 @@ class Proxy:
             if not cursor:
                 break
         self._listed = listed
+        gone = set(self._tools).difference(tool.name for tool in listed)
         self._tools = {tool.name: tool for tool in listed}
         self._validators = {}
+        for name in gone:  # a call to a tool the upstream dropped is unknown_tool, not relayed
+            self.guard.remove_tool(name)
+            self._unguarded.discard(name)
         for tool in listed:
             self._register(tool)
 
