@@ -157,3 +157,20 @@ def test_a_batchs_outcomes_are_recorded_in_the_models_order() -> None:
     assert finished[0] == "S"  # the bodies did finish out of order
     in_sequence, _ = make_batch_guard()
     assert [r.code for r in in_sequence.run_tool_calls(batch)] == codes
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shape", "observe"])
+def test_the_repeat_note_is_kept_apart_where_the_text_carries_it(mode: str) -> None:
+    """``note`` is the repeat note exactly when the text ends with it: not on a first read,
+    on the identical second, never in observe mode (which passes the text on as it was)."""
+    from toolfault._ladder import REPEAT_NOTE
+
+    guard = build(mode)
+    first, second = (guard.call("weather", {"city": "Oslo"}) for _ in range(2))
+    assert first.ok and first.note is None and not first.text.endswith(REPEAT_NOTE)
+    assert second.ok and second.data == first.data
+    expected = None if mode == "observe" else REPEAT_NOTE
+    assert second.note == expected
+    assert second.text == (first.text if expected is None else f"{first.text}\n{expected}")
+    other = guard.call("weather", {"city": "Bergen"})  # another call: new, no note
+    assert other.ok and other.note is None

@@ -448,6 +448,7 @@ class Pipeline:
         if adm is not None and adm.failures and call.key is not None and not call.refused:
             best_effort(self._store.clear_failures, call.key)
         text, data = self._shaper.success_text(value)
+        note: str | None = None
         if call.entry is not None:
             call.entry = replace(call.entry, effect=Outcome.APPLIED, told="ok",
                                  told_effect=Outcome.APPLIED, confirmed_by="return",
@@ -467,10 +468,11 @@ class Pipeline:
                     return refused
                 call.shadow["would_no_progress"] = True
             elif repeat is Repeat.SAME and self._scope.mode != "observe":
-                text = f"{text}\n{REPEAT_NOTE}"
+                note = REPEAT_NOTE
+                text = f"{text}\n{note}"
         fp = call.fingerprint
         return new_result(spec.name, True, text, data, call.attempts, call.call_id, None,
-                          call.fp or fp or "")
+                          call.fp or fp or "", note)
 
     def _unknown_tool(self, call: _Call) -> ToolResult:
         names = sorted(self._tools)

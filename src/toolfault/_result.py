@@ -30,7 +30,9 @@ class ToolResult:
 
     ``text`` is exactly what the model should see.  ``data`` is the same content as
     structured data: the tool's return value on success, an RFC 9457-style problem dict on
-    failure.  ``cause`` keeps the original exception (never shown to the model).
+    failure.  ``cause`` keeps the original exception (never shown to the model).  ``note``
+    is what the guard added to ``text`` beside the tool's value, kept apart so an adapter that
+    hands the model the value itself can still show it.
     """
 
     tool: str
@@ -44,6 +46,10 @@ class ToolResult:
     #: The recorded answer of an earlier call with the same explicit idempotency key: this
     #: call did not run the tool (``Effect: applied``, by that earlier call).
     replayed: bool = False
+    #: ``"(Note: same result as your previous identical call.)"`` when this success repeats the
+    #: identical call's result before it in the turn (not in observe mode); ``text`` ends with
+    #: it.  ``None`` otherwise.
+    note: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -167,7 +173,8 @@ def new_failure_info(code: str, outcome: Outcome, terminal: bool, blocked: bool,
 
 
 def new_result(tool: str, ok: bool, text: str, data: Any, attempts: int, call_id: str,
-               failure: FailureInfo | None, fingerprint: Any) -> ToolResult:
+               failure: FailureInfo | None, fingerprint: Any, note: str | None = None
+               ) -> ToolResult:
     """``ToolResult(...)``, built the way the guard builds one per call: filled in as an
     :class:`_Unsealed` and then made a ``ToolResult`` (Python allows ``__class__``
     assignment between classes of identical layout).  A frozen dataclass's ``__init__``
@@ -183,6 +190,7 @@ def new_result(tool: str, ok: bool, text: str, data: Any, attempts: int, call_id
     result.failure = failure
     result._fingerprint = fingerprint
     result.replayed = False
+    result.note = note
     result.__class__ = ToolResult
     sealed: ToolResult = result
     return sealed
