@@ -23,16 +23,20 @@ from pydantic_ai import (  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     FunctionToolResultEvent,
     ModelMessage,
+    ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
+    ToolReturn,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel  # noqa: E402
 
 from toolfault.adapters.pydantic_ai import GuardedToolset, conversation_guard  # noqa: E402
 
 TERMINAL = "Retrying the same call is not allowed."
+NOTE = "(Note: same result as your previous identical call.)"
 REPEAT = [("find_city", {"name": "Atlantis"})]
 
 Step = list[tuple[str, Any]] | str
@@ -72,11 +76,15 @@ def toolset(runs: dict[str, int]) -> FunctionToolset[Any]:
     return FunctionToolset([get_weather, flaky_forecast, find_city, crash])
 
 
-def scripted(steps: list[Step]) -> FunctionModel:
-    """A model that answers with the next step: tool calls, or a final text."""
+def scripted(steps: list[Step], seen: list[list[ModelMessage]] | None = None
+             ) -> FunctionModel:
+    """A model that answers with the next step: tool calls, or a final text (``seen``: the
+    messages it was sent, per step)."""
     queue = list(steps)
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if seen is not None:
+            seen.append(list(messages))
         step = queue.pop(0)
         if isinstance(step, str):
             return ModelResponse(parts=[TextPart(step)])
@@ -286,6 +294,51 @@ async def test_a_read_repeated_once_is_answered(fast_guard: Guard, toolset: Any)
                          + ["Sunny."]).run("Weather?")
     assert result.output == "Sunny."
     assert [p.outcome for p in returns(result.all_messages())] == ["success", "success"]
+
+
+def _sent_last(messages: list[ModelMessage]) -> list[Any]:
+    """The parts of the request the model was just sent (the tool returns and what follows)."""
+    last = messages[-1]
+    assert isinstance(last, ModelRequest)
+    return list(last.parts)
+
+
+async def test_a_repeated_read_keeps_its_value_and_the_model_sees_the_note_beside_it(
+        fast_guard: Guard, toolset: Any) -> None:
+    """The second identical read returns the tool's own value, and the repeat note reaches
+    the model beside it (a user-prompt part from ``ToolReturn.content``); the first, none."""
+    seen: list[list[ModelMessage]] = []
+    model = scripted([[("get_weather", {"city": "Oslo"})]] * 2 + ["Sunny."], seen)
+    result = await agent(fast_guard, toolset, model).run("Weather?")
+    assert result.output == "Sunny."
+    first, second = _sent_last(seen[1]), _sent_last(seen[2])
+    assert [type(p) for p in first] == [ToolReturnPart]
+    assert first[0].content == "sunny in Oslo for 1 days"
+    assert [type(p) for p in second] == [ToolReturnPart, UserPromptPart]
+    assert second[0].content == "sunny in Oslo for 1 days"  # the value, its type unchanged
+    assert second[0].outcome == "success" and NOTE not in str(second[0].content)
+    assert second[1].content == f"get_weather: {NOTE}"
+
+
+async def test_a_tools_own_tool_return_keeps_its_parts_and_gains_the_note(
+        fast_guard: Guard) -> None:
+    """A tool that returns a ``ToolReturn`` keeps its value, metadata and content; the note
+    follows its content."""
+    def chart(city: str) -> ToolReturn:
+        """A chart of a city's weather."""
+        return ToolReturn(return_value={"city": city, "max": 21}, content="see the chart",
+                          metadata={"rows": 3})
+
+    seen: list[list[ModelMessage]] = []
+    model = scripted([[("chart", {"city": "Oslo"})]] * 2 + ["Warm."], seen)
+    result = await agent(fast_guard, FunctionToolset([chart]), model).run("Chart?")
+    assert result.output == "Warm."
+    first, second = _sent_last(seen[1]), _sent_last(seen[2])
+    for part in (first, second):
+        assert part[0].content == {"city": "Oslo", "max": 21}
+        assert part[0].metadata == {"rows": 3}
+    assert first[1].content == "see the chart"
+    assert second[1].content == f"see the chart\nchart: {NOTE}"
 
 
 async def test_a_poll_whose_result_changes_is_answered(fast_guard: Guard) -> None:

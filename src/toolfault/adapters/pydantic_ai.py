@@ -27,6 +27,11 @@ run's output (:meth:`RunContext.submit_output`), so the run ends after that step
 going back to a model that would only call again until a usage limit raises.  That needs an
 output that accepts text (the default ``str``, or a union with it); with a structured-only
 output the halt reaches the model as a failed tool result and ``UsageLimits`` bound the rest.
+
+A read that returns the same result as the identical call before it in the turn keeps its
+value as the tool return, and the repeat note (:attr:`ToolResult.note`) goes beside it as a
+``ToolReturn``'s ``content``: Pydantic AI sends that to the model as a user-prompt part after
+the turn's tool returns, named by the tool it is about.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ try:
         ToolRetryError,
         UserError,
     )
+    from pydantic_ai.messages import ToolReturn
     from pydantic_ai.tools import AgentDepsT, RunContext
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -194,6 +200,23 @@ def conversation_guard(guard: Guard, conversation: str) -> Guard:
     return _scopes.scope(guard, conversation, None)
 
 
+def _noted(value: Any, note: str) -> ToolReturn[Any]:
+    """``value`` as the tool return, with ``note`` as content beside it for the model.
+
+    The value's type is untouched; a tool that returned a ``ToolReturn`` itself keeps its
+    return value, metadata and content, the note after its content."""
+    if not isinstance(value, ToolReturn):
+        return ToolReturn(return_value=value, content=note)
+    content = value.content
+    if content is None:
+        joined: str | list[Any] = note
+    elif isinstance(content, str):
+        joined = f"{content}\n{note}"
+    else:
+        joined = [*content, note]
+    return replace(value, content=joined)
+
+
 async def _end_run(ctx: RunContext[Any], text: str) -> bool:
     """Submit the halt as the run's output, when the output takes text; whether it was taken."""
     for name, definition in ctx.output_tools.items():
@@ -264,6 +287,8 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
         if call.escaped is not None:
             raise call.escaped
         if result.ok:
+            if result.note is not None:
+                return _noted(result.data, f"{name}: {result.note}")
             return result.data
         if result.halt and await _end_run(ctx, result.text):
             return result.text
