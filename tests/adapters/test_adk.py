@@ -26,6 +26,7 @@ from google.genai import types  # noqa: E402
 from toolfault.adapters.adk import ToolfaultPlugin, session_guard  # noqa: E402
 
 TERMINAL = "Retrying the same call is not allowed."
+NOTE = "(Note: same result as your previous identical call.)"
 REPEAT = [("find_city", {"name": "Atlantis"})]
 
 Step = list[tuple[str, Any]] | str
@@ -251,7 +252,43 @@ async def test_a_read_repeated_once_is_answered(fast_guard: Guard, tools: list[A
     """Re-reading what it already read is legitimate: both calls return the weather."""
     agent, _ = _agent(tools, [[("get_weather", {"city": "Oslo"})]] * 2 + ["Sunny."])
     events = await Session(fast_guard, agent).send("Weather?")
-    assert responses(events) == [{"result": "sunny in Oslo"}] * 2
+    assert [r["result"] for r in responses(events)] == ["sunny in Oslo"] * 2
+
+
+def _sent(request: LlmRequest) -> list[dict[str, Any]]:
+    """The function responses in a request the model got, in order."""
+    return [p.function_response.response for c in request.contents for p in c.parts or ()
+            if p.function_response and p.function_response.response is not None]
+
+
+async def test_a_repeated_read_gets_the_note_beside_its_unchanged_value(
+        fast_guard: Guard, tools: list[Any]) -> None:
+    """The second identical read's response, as the model gets it, carries the repeat note
+    under ``"note"`` beside ADK's ``{"result": value}``; the first has none."""
+    agent, model = _agent(tools, [[("get_weather", {"city": "Oslo"})]] * 2 + ["Sunny."])
+    events = await Session(fast_guard, agent).send("Weather?")
+    assert final_text(events) == "Sunny."
+    assert _sent(model.requests[-1]) == [{"result": "sunny in Oslo"},
+                                         {"result": "sunny in Oslo", "note": NOTE}]
+
+
+async def test_a_repeated_dict_read_is_noted_in_a_copy(fast_guard: Guard) -> None:
+    """A dict the tool returns gets the note in a copy: the tool's own dict is untouched, and
+    a ``note`` key of its own keeps its value (the guard's note goes under ``_note``)."""
+    returned: list[dict[str, Any]] = []
+
+    def lookup_order(order: str) -> dict[str, Any]:
+        """An order's status."""
+        value = {"order": order, "status": "shipped", "note": "leave at door"}
+        returned.append(value)
+        return value
+
+    agent, model = _agent([lookup_order], [[("lookup_order", {"order": "A1"})]] * 2 + ["Ok."])
+    events = await Session(fast_guard, agent).send("Order?")
+    assert final_text(events) == "Ok."
+    plain = {"order": "A1", "status": "shipped", "note": "leave at door"}
+    assert _sent(model.requests[-1]) == [plain, {**plain, "_note": NOTE}]
+    assert returned == [plain, plain]
 
 
 async def test_a_poll_whose_result_changes_is_answered(fast_guard: Guard) -> None:
@@ -309,3 +346,4 @@ async def test_an_exception_from_a_call_adk_ran_is_still_shaped(fast_guard: Guar
     [response] = responses(events)
     assert response["error"].startswith("start_export failed (code: ")
     assert final_text(events) == "No access."
+

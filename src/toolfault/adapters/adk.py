@@ -6,7 +6,10 @@ with the same ``ToolContext``) inside :meth:`Guard.acall`, so arguments are chec
 tool's own declaration, identical failing calls are capped before the tool runs again,
 transient failures are retried inside the wrapper, budgets and effect checks apply, and
 nothing is raised into the runner.  A failure is the tool response ``{"error": "<four-part
-text>"}`` (ADK's own convention for errors); a success is the tool's value, unchanged.
+text>"}`` (ADK's own convention for errors); a success is the tool's value, unchanged.  A read
+that returns the same result as the identical call before it in the turn gets the repeat note
+(:attr:`ToolResult.note`) beside its value, under ``"note"`` in the response the model reads:
+a copy of the tool's dict, or ADK's ``{"result": value}`` wrapping for any other value.
 ADK's ``after_tool_callback`` hooks still see every response.
 
 Where ADK must keep the call to itself, the plugin steps aside: a tool waiting on a human
@@ -111,6 +114,19 @@ def _declared_schema(tool: BaseTool) -> Mapping[str, Any] | None:
     return None
 
 
+def _noted(value: Any, note: str) -> dict[str, Any]:
+    """The function response for ``value`` with ``note`` beside it: a copy of a dict (never
+    the tool's own), or ADK's ``{"result": value}`` wrapping of any other value, plus
+    ``"note"`` (``"_note"`` and so on if the tool's dict has that key), so the value stays
+    where ADK would have put it."""
+    response: dict[str, Any] = dict(value) if isinstance(value, dict) else {"result": value}
+    key = "note"
+    while key in response:
+        key = f"_{key}"
+    response[key] = note
+    return response
+
+
 def session_guard(guard: Guard, app_name: str, user_id: str, session_id: str) -> Guard:
     """The scope that counts one ADK session's calls (its incidents, ledger and turn)."""
     return _scopes.scope(guard, f"{app_name}/{user_id}/{session_id}", None)
@@ -155,6 +171,8 @@ class ToolfaultPlugin(BasePlugin):
             _current.reset(token)
         if result.ok:
             value = result.data
+            if result.note is not None:
+                return _noted(value, result.note)
             return {"result": None} if value is None else value
         if result.halt:
             with self._lock:
