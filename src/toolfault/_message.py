@@ -273,22 +273,15 @@ class Parts(NamedTuple):
     next_action: str
 
     def text(self) -> str:
-        return _four_part_text(*self)
-
-
-def _four_part_text(tool: str, code: str, reason: str, args_text: str, effect: str, said: str,
-                    next_action: str) -> str:
-    """:meth:`Parts.text`, for :func:`render_error` without building the tuple."""
-    return (f"{tool} failed (code: {code}).\n"
-            f"Reason: {reason}\n"
-            f"Rejected arguments: {args_text or '{}'}.\n"
-            f"Effect: {effect}. {said}\n"
-            f"Next action: {next_action}")
+        return (f"{self.tool} failed (code: {self.code}).\n"
+                f"Reason: {self.reason}\n"
+                f"Rejected arguments: {self.args_text or '{}'}.\n"
+                f"Effect: {self.effect}. {self.said}\n"
+                f"Next action: {self.next_action}")
 
 
 #: The outcome each ``Effect:`` word names.
 _OUTCOME_OF = {word: outcome for outcome, word in EFFECT_WORD.items()}
-_EXACT_STR = frozenset({str})
 #: The problem's fields that hold a four-part message's words, as :func:`render_error` fills them.
 _WORD_FIELDS = ("tool", "code", "detail", "rejected_arguments", "effect", "next_action")
 
@@ -319,9 +312,8 @@ def render_error(
     # Never an empty part: the shape is the contract even when a tool said nothing.
     reason = sentence(reason) or sentence(f"{tool} failed")
     next_action = sentence(next_action) or "stop and report this failure to the user."
-    # Outcome hashes in Python (Enum.__hash__): the usual verdict without a dict lookup.
-    effect = "none" if outcome is Outcome.NO_EFFECT else EFFECT_WORD[outcome]
-    text = _four_part_text(tool, code, reason, args_text, effect, said, next_action)
+    effect = EFFECT_WORD[outcome]
+    text = Parts(tool, code, reason, args_text, effect, said, next_action).text()
     problem: dict[str, Any] = {
         "type": f"urn:toolfault:error:{code}",
         "title": title or code.replace("_", " "),
@@ -348,7 +340,7 @@ def parts_of(problem: Any) -> Parts | None:
         return None
     words: list[Any] = [problem.get(field) for field in _WORD_FIELDS]
     retryable, retry_after = problem.get("retryable"), problem.get("retry_after")
-    if not _EXACT_STR.issuperset(map(type, words)) or type(retryable) is not bool or \
+    if not all(type(word) is str for word in words) or type(retryable) is not bool or \
             not (retry_after is None or type(retry_after) in (int, float)):
         return None
     tool, code, reason, args_text, effect, next_action = words
