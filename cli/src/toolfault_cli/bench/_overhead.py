@@ -715,12 +715,11 @@ def overhead_command(*, as_json: bool) -> int:
         if target.floor is not None:
             console.print(f"{target.label}: pydantic alone, as toolfault uses it, is "
                           f"{target.floor:.2f} {target.unit} (the floor of this target)")
-    memory = result.ratios.get("guarded/stamina", 0) - result.ratios.get(
-        "guarded_no_memory/stamina", 0)
-    if "guarded_no_memory/stamina" in result.ratios:
-        console.print(f"guarded success without the repeat memory: "
-                      f"{result.ratios['guarded_no_memory/stamina']:.2f}× stamina; the repeat "
-                      f"memory adds {memory:.2f}× (context, not a target)")
+    without = result.ratios.get("guarded_no_memory/stamina")
+    if without is not None:
+        memory = result.ratios["guarded/stamina"] - without
+        console.print(f"guarded success without the repeat memory: {without:.2f}× stamina; "
+                      f"the repeat memory adds {memory:.2f}× (context, not a target)")
     semconv = result.process.get("otel_extra_vs_semconv_us")
     if semconv is not None:
         console.print(f"OTel span beyond one that carries the four GenAI execute_tool "
